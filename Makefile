@@ -1,0 +1,55 @@
+# The two commands a new machine needs: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test lint typecheck imports unit system-deps envtest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Runtime dependencies only.
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# Runtime + dev/test + operator dependencies.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
+	$(BIN)/llmsim serve --host $(HOST) --port $(PORT)
+
+# System packages the tests use for real (promtool, prometheus, etcd, ...).
+system-deps:
+	hack/system-deps.sh
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check simulator operator tests bench
+	$(BIN)/ruff format --check simulator operator tests bench
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+imports: $(VENV)/.installed-dev
+	$(BIN)/lint-imports
+
+test: lint typecheck imports system-deps
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+
+# Quick loop while developing: no system services.
+unit: $(VENV)/.installed-dev
+	$(BIN)/pytest -m "not integration and not kube and not prometheus" $(PYTEST_ARGS)
+
+envtest:
+	@hack/envtest-assets.sh
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

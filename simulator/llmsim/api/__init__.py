@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP API (FastAPI): parses requests once, streams what engines release."""

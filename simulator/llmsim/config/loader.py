@@ -1,0 +1,107 @@
+"""Read models.yml (or the embedded default), merge built-in profiles, validate."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmsim.config.schema import HardwareProfile, ModelsConfig
+from llmsim.errors import ConfigError, from_validation_error
+
+EMBEDDED_MODELS = "<embedded>/models.yml"
+
+
+def read_data_file(name: str) -> str:
+    """Text of a file shipped in ``llmsim/data``."""
+    return resources.files("llmsim").joinpath("data", name).read_text(encoding="utf-8")
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML to Python, with the file and position in the error."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(file, f"invalid YAML: {where}{problem}") from None
+
+
+@cache
+def builtin_hardware() -> dict[str, HardwareProfile]:
+    raw = parse_yaml(read_data_file("hardware.yml"), "<embedded>/hardware.yml")
+    return {name: HardwareProfile.model_validate(spec) for name, spec in raw.items()}
+
+
+@cache
+def builtin_model_profiles() -> dict[str, dict[str, Any]]:
+    raw: dict[str, dict[str, Any]] = parse_yaml(read_data_file("model_profiles.yml"), "<embedded>/model_profiles.yml")
+    return raw
+
+
+def _entry_label(index: int, entry: Any) -> str:
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return f"models[{index}] (name '{name}')" if name else f"models[{index}]"
+
+
+def _apply_profile(entry: dict[str, Any], file: str, label: str) -> dict[str, Any]:
+    """Deep-merge (one level) the named built-in profile under the entry's own fields."""
+    name = entry.get("profile")
+    if name is None:
+        return entry
+    profiles = builtin_model_profiles()
+    if name not in profiles:
+        known = ", ".join(sorted(profiles))
+        raise ConfigError(file, f"unknown model profile '{name}' (built-in: {known})", entry=label, field="profile")
+    merged: dict[str, Any] = {}
+    for key, value in profiles[name].items():
+        merged[key] = dict(value) if isinstance(value, dict) else value
+    for key, value in entry.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_models_config(text: str, file: str) -> ModelsConfig:
+    raw = parse_yaml(text, file)
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
+    models = raw.get("models")
+    labels: dict[int, str] = {}
+    if isinstance(models, list):
+        merged_models = []
+        for i, entry in enumerate(models):
+            labels[i] = _entry_label(i, entry)
+            merged_models.append(_apply_profile(entry, file, labels[i]) if isinstance(entry, dict) else entry)
+        raw = {**raw, "models": merged_models}
+    try:
+        config = ModelsConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(file, exc, labels) from None
+    hardware = {**builtin_hardware(), **config.hardware}
+    for i, model in enumerate(config.models):
+        if model.hardware is not None and model.hardware not in hardware:
+            known = ", ".join(sorted(hardware))
+            raise ConfigError(
+                file, f"unknown hardware '{model.hardware}' (known: {known})", entry=labels[i], field="hardware"
+            )
+    return config.model_copy(update={"hardware": hardware})
+
+
+def load_models_config(path: str | Path | None = None) -> ModelsConfig:
+    """Parse ``path``, or the embedded default when None. Raises :class:`ConfigError`."""
+    if path is None:
+        return parse_models_config(read_data_file("models.yml"), EMBEDDED_MODELS)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
+    return parse_models_config(text, str(p))

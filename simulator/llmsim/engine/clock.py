@@ -1,0 +1,71 @@
+"""Time for engines: absolute deadlines, never accumulated sleeps.
+
+Every token targets ``deadline = arrival + offset``; ``sleep_until`` returns how late the wake-up
+was (the lag). Because the next deadline is computed from the timeline, not from "now", lateness
+never accumulates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """The only way an engine sees time."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic timeline shared with request arrival stamps."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> float:
+        """Wait until ``deadline``; return the lag ``max(0, wake-up - deadline)``."""
+        ...
+
+
+class MonotonicClock:
+    """Real time for the server.
+
+    NOTE: ``time.monotonic`` rather than ``loop.time()``: uvloop's loop time is libuv's
+    millisecond-resolution cached ``uv_now``, too coarse to measure lag.
+    ``now`` is injectable so tests can run this same code in virtual loop time (looptime).
+    """
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+
+    async def sleep_until(self, deadline: float) -> float:
+        delay = deadline - self.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        lag = self.now() - deadline
+        return lag if lag > 0.0 else 0.0
+
+
+class ManualClock:
+    """A clock that only moves when a test says so; ``sleep_until`` never suspends.
+
+    For pure code that asks for the time but must not wait (e.g. a virtual-time run): the
+    sleeper jumps the clock forward to the deadline.
+    """
+
+    __slots__ = ("_now",)
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    async def sleep_until(self, deadline: float) -> float:
+        if deadline > self._now:
+            self._now = deadline
+            return 0.0
+        return self._now - deadline

@@ -1,0 +1,150 @@
+"""Records shared by the generator (what is said) and the engines (when it is sent).
+
+This module imports nothing from llmsim: it is the only thing the two halves share.
+Times are seconds on the engine's clock (monotonic, same timebase as ``arrival``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NewType
+
+RequestId = NewType("RequestId", str)
+
+
+class FinishReason(enum.StrEnum):
+    """Why a sequence ended; the values are OpenAI's and vLLM's ``finished_reason`` labels."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message reduced to what the simulator reads: its role and its text."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """A validated request, free of HTTP and pydantic, as the generator sees it."""
+
+    model: str
+    # Chat messages; a completions prompt arrives as one ``user`` message.
+    messages: tuple[Message, ...]
+    # Prompt given as token ids (completions): counted as is, matched as empty text.
+    prompt_token_ids: tuple[int, ...] | None = None
+    # Upper bound on output tokens; None means "up to the context length".
+    max_tokens: int | None = None
+    # Overrides the responses file's seed for variant choice.
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    # vLLM's ignore_eos: emit exactly max_tokens, padding scripted text with filler.
+    ignore_eos: bool = False
+    # Number of choices; each gets its own plan.
+    n: int = 1
+    # True for /v1/chat/completions (per-message overhead counts), False for /v1/completions.
+    chat: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationPlan:
+    """What one choice will say: decided up front, released over time by an engine."""
+
+    prompt_tokens: int
+    # Output token texts; ``"".join(tokens)`` is the completion text.
+    tokens: tuple[str, ...]
+    finish_reason: FinishReason
+    # Id of the responses.yml entry that matched.
+    entry_id: str
+    # Index of the chosen variant, None when the entry has a single body.
+    variant: int | None = None
+    # Position among the request's ``n`` choices.
+    choice_index: int = 0
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """One token released by an engine.
+
+    ``sim_time`` is the token's deadline on the simulated timeline; ``lag`` is how late the
+    release was against it (the simulator's own error bar, never part of simulated latency).
+    """
+
+    index: int
+    text: str
+    sim_time: float
+    lag: float
+    # Simulated time the request waited before its first scheduled step.
+    queue_time: float
+
+
+@dataclass(slots=True)
+class StepStats:
+    """One engine step (scheduler engine) as reported to observers."""
+
+    index: int
+    # Simulated start and duration of the step.
+    start: float
+    duration: float
+    # Sequences that got tokens computed in this step.
+    batch_size: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_running: int
+    num_waiting: int
+    kv_used_blocks: int
+    kv_total_blocks: int
+    num_preemptions: int
+    # How late the step's release was against its deadline (0 in virtual time).
+    lag: float = 0.0
+
+
+@dataclass(slots=True)
+class RequestStats:
+    """One finished (or aborted) sequence, reported once by the engine that ran it."""
+
+    request_id: RequestId
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: FinishReason
+    arrival: float
+    # Simulated time of the first scheduled step (None if never scheduled).
+    scheduled: float | None
+    # Simulated time of the first token (None if none was released).
+    first_token: float | None
+    finished: float
+    num_preemptions: int = 0
+    # Simulated release time of every output token, in order.
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def queue_time(self) -> float:
+        return (self.scheduled if self.scheduled is not None else self.finished) - self.arrival
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> float:
+        return self.finished - self.arrival
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """Live state of an engine, read on demand (e.g. at scrape time)."""
+
+    num_running: int
+    num_waiting: int
+    kv_used_blocks: int
+    kv_total_blocks: int
