@@ -38,8 +38,9 @@ typecheck: $(VENV)/.installed-dev
 imports: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
+# The assignment fails the recipe when the script fails (an `export X=$$(...)` would not).
 test: lint typecheck imports system-deps
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" $(BIN)/pytest $(PYTEST_ARGS)
 
 # Quick loop while developing: no system services.
 unit: $(VENV)/.installed-dev

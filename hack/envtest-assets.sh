@@ -61,7 +61,7 @@ fi
 # --- 2. setup-envtest --------------------------------------------------------
 if command -v setup-envtest >/dev/null 2>&1; then
     log "trying setup-envtest use -p path 1.20.x"
-    if dir="$(timeout 300 setup-envtest use -p path 1.20.x 2>/dev/null)" && assets_ok "$dir"; then
+    if dir="$(timeout 120 setup-envtest use -p path 1.20.x 2>/dev/null)" && assets_ok "$dir"; then
         emit "$dir"
     fi
     log "setup-envtest could not provide the assets; building from Debian source"

@@ -55,6 +55,10 @@ class Engine(abc.ABC):
     def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncIterator[TokenEvent]:
         """Release ``plan``'s tokens; ``arrival`` is the request's stamp on the engine clock."""
 
+    def accepting(self) -> bool:
+        """False when a new request would be refused (queue full): the API answers 503 up front."""
+        return True
+
     @abc.abstractmethod
     def snapshot(self) -> EngineSnapshot:
         """Live running/waiting/KV figures, cheap enough to call on every scrape."""

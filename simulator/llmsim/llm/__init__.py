@@ -2,3 +2,22 @@
 
 It never deals with time, HTTP or metrics.
 """
+
+from llmsim.llm.errors import ContextLengthError
+from llmsim.llm.generator import Generator
+from llmsim.llm.loader import EMBEDDED_RESPONSES, load_responses, parse_responses
+from llmsim.llm.prompt import count_prompt_tokens
+from llmsim.llm.script import Script
+from llmsim.llm.tokenizer import count, encode
+
+__all__ = [
+    "EMBEDDED_RESPONSES",
+    "ContextLengthError",
+    "Generator",
+    "Script",
+    "count",
+    "count_prompt_tokens",
+    "encode",
+    "load_responses",
+    "parse_responses",
+]

@@ -1,0 +1,55 @@
+"""OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}`` with vLLM's types."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 503: "ServiceUnavailableError"}
+
+
+class APIError(Exception):
+    """An error the API answers with; raised anywhere under a route."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, err_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.err_type = err_type or _TYPES.get(status, "InternalServerError")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
+
+    def response(self) -> Response:
+        return Response(json.dumps(self.body()), status_code=self.status, media_type="application/json")
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(404, f"The model `{model}` does not exist.", param="model")
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + part
+    return out
+
+
+def from_validation_error(exc: ValidationError) -> APIError:
+    """pydantic errors -> 400 with vLLM's "N validation error(s)" and the first field as param."""
+    errors = exc.errors(include_url=False)
+    n = len(errors)
+    details = "; ".join(f"{_loc(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+    first = _loc(errors[0]["loc"]) if errors else None
+    return APIError(400, f"{n} validation error{'s' if n != 1 else ''}: {details}", param=first or None)
+
+
+async def api_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()

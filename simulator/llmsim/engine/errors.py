@@ -1,0 +1,12 @@
+"""Errors engines raise to the API (which maps them to HTTP statuses)."""
+
+from __future__ import annotations
+
+
+class EngineOverloaded(Exception):
+    """The engine's waiting queue is full: refuse the request (HTTP 503), as vLLM does past its queue limit."""
+
+    def __init__(self, num_waiting: int, limit: int) -> None:
+        self.num_waiting = num_waiting
+        self.limit = limit
+        super().__init__(f"server overloaded: {num_waiting} requests waiting (limit {limit}); retry later")

@@ -1,0 +1,110 @@
+"""The scheduler engine's inputs as plain numbers (runtime.py converts models.yml into these).
+
+Units are SI throughout: bytes, bytes/s, FLOP/s, seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One simulated GPU."""
+
+    hbm_bytes: float  # hbm_gib * 2**30
+    memory_bandwidth: float  # bytes/s  (memory_bandwidth_gbps * 1e9)
+    peak_flops: float  # FLOP/s   (peak_tflops * 1e12)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What the roofline needs to know about the model."""
+
+    num_parameters: float  # parameters_billions * 1e9
+    weight_bytes: float  # num_parameters * bytes_per_parameter
+    kv_bytes_per_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerParams:
+    """Everything the scheduler engine reads; vLLM's names in comments where they differ."""
+
+    gpu: GpuSpec
+    model: ModelSpec
+    # max_model_len: prompt + output never exceed it.
+    context_length: int
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    # Fraction of all KV blocks kept free when admitting a waiting request.
+    watermark: float = 0.0
+    # max_num_batched_tokens: tokens computed per step, all sequences together.
+    max_batch_tokens: int = 8192
+    # max_num_seqs: sequences running at once.
+    max_num_sequences: int = 256
+    # Beyond this many waiting requests the engine refuses new ones (API maps to 503); None: unbounded.
+    max_waiting_requests: int | None = None
+    # Fixed cost added to every step (kernel launches, sampling, scheduling).
+    step_overhead_s: float = 0.0
+    # Achieved fractions of peak FLOP/s and of peak bandwidth.
+    compute_efficiency: float = 1.0
+    memory_efficiency: float = 1.0
+
+    def __post_init__(self) -> None:
+        ints = {
+            "context_length": self.context_length,
+            "block_size": self.block_size,
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_num_sequences": self.max_num_sequences,
+        }
+        for name, value in ints.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.max_waiting_requests is not None and self.max_waiting_requests < 1:
+            raise ValueError(f"max_waiting_requests must be >= 1 or None, got {self.max_waiting_requests}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
+        for name, frac in (
+            ("gpu_memory_utilization", self.gpu_memory_utilization),
+            ("compute_efficiency", self.compute_efficiency),
+            ("memory_efficiency", self.memory_efficiency),
+        ):
+            if not 0.0 < frac <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {frac}")
+        if self.step_overhead_s < 0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
+        if self.gpu.memory_bandwidth <= 0 or self.gpu.peak_flops <= 0:
+            raise ValueError("GPU bandwidth and peak FLOP/s must be > 0")
+        if self.model.kv_bytes_per_token < 1:
+            raise ValueError(f"kv_bytes_per_token must be >= 1, got {self.model.kv_bytes_per_token}")
+
+
+def num_kv_blocks(params: SchedulerParams) -> int:
+    """KV blocks left after the weights: floor((HBM x utilisation - weights) / bytes per block).
+
+    Raises ValueError when the weights leave no room for a single block.
+    """
+    usable = params.gpu.hbm_bytes * params.gpu_memory_utilization - params.model.weight_bytes
+    block_bytes = params.model.kv_bytes_per_token * params.block_size
+    blocks = math.floor(usable / block_bytes)
+    if blocks <= 0:
+        raise ValueError(
+            f"the weights ({params.model.weight_bytes / 1e9:.2f} GB) leave no room for the KV cache in "
+            f"{params.gpu_memory_utilization:g} x {params.gpu.hbm_bytes / 2**30:g} GiB of HBM "
+            f"(one block of {params.block_size} tokens needs {block_bytes} B)"
+        )
+    return blocks
+
+
+def check_context_fits(params: SchedulerParams, num_blocks: int) -> None:
+    """Refuse a cache that cannot hold one request of the full context length (as vLLM does at startup).
+
+    Without this a lone sequence could outgrow the whole cache and never be scheduled again.
+    """
+    capacity = num_blocks * params.block_size
+    if params.context_length > capacity:
+        raise ValueError(
+            f"context_length {params.context_length} does not fit in the KV cache ({num_blocks} blocks of "
+            f"{params.block_size} = {capacity} tokens); raise gpu_memory_utilization or lower context_length"
+        )

@@ -1,0 +1,159 @@
+"""Turns a request into one :class:`GenerationPlan` per choice: what will be said, decided up front.
+
+Steps, in order (``generate`` runs on the event loop per request, so everything that can be is
+compiled at load time):
+
+1. count prompt tokens and reject what does not fit the context (before any matching);
+2. match the stripped last user message (first entry wins, else the default body);
+3. per choice: pick the variant / synthetic length from a stable draw, render the template;
+4. ``ignore_eos``: pad with filler up to the token budget;
+5. tokenize, truncate to the budget, then cut at the earliest ``stop`` string (excluded) found in
+   what is left.
+
+finish_reason is ``length`` when the budget cut the output or ``ignore_eos`` filled it, else
+``stop``. The budget is ``max_tokens``, or ``context_length - prompt_tokens`` when None.
+NOTE: as in vLLM, ``ignore_eos`` ignores only the end of the scripted text: a stop string still
+ends the output (finish_reason ``stop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from llmsim.llm.errors import ContextLengthError
+from llmsim.llm.filler import filler_tokens
+from llmsim.llm.matcher import Matcher
+from llmsim.llm.prompt import count_prompt_tokens
+from llmsim.llm.script import NO_GROUPS, Content, Entry, Script, Synthetic
+from llmsim.llm.stable_hash import ChoiceHash
+from llmsim.llm.tokenizer import encode
+from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message
+
+__all__ = ["Generator"]
+
+
+def last_user_message(messages: Sequence[Message]) -> str:
+    """Content of the last ``user`` message, "" when there is none."""
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.content
+    return ""
+
+
+def _stop_at(text: str, stop: Sequence[str]) -> int:
+    """Index of the earliest occurrence of any stop string, -1 when none occurs."""
+    cut = -1
+    for s in stop:
+        if not s:
+            continue  # an empty stop string would end every output before it starts
+        # Only an occurrence starting before the current cut can win.
+        at = text.find(s, 0, cut + len(s) - 1 if cut >= 0 else len(text))
+        if at >= 0:
+            cut = at
+    return cut
+
+
+class Generator:
+    """Decides what one served model says.
+
+    Parameters
+    ----------
+    script:
+        The parsed responses file (:func:`llmsim.llm.load_responses`).
+    model_name:
+        Served model name, the ``{model}`` template variable.
+    context_length:
+        Maximum prompt + output tokens (vLLM's ``max_model_len``).
+    """
+
+    __slots__ = ("_matcher", "context_length", "model_name", "script")
+
+    def __init__(self, script: Script, *, model_name: str, context_length: int) -> None:
+        if context_length < 1:
+            raise ValueError(f"context_length must be >= 1, got {context_length}")
+        self.script = script
+        self.model_name = model_name
+        self.context_length = context_length
+        self._matcher = Matcher(script.entries)
+
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        return count_prompt_tokens(request)
+
+    def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
+        """The entry answering a (stripped) user message and its template variables."""
+        found = self._matcher.match(text)
+        return found if found is not None else (self.script.default, NO_GROUPS)
+
+    def generate(self, request: GenerationRequest) -> tuple[GenerationPlan, ...]:
+        """One plan per choice (``request.n``). Raises :class:`ContextLengthError`."""
+        prompt_tokens = count_prompt_tokens(request)
+        context = self.context_length
+        if prompt_tokens > context:
+            raise ContextLengthError.prompt_too_long(context, prompt_tokens)
+        max_tokens = request.max_tokens
+        if max_tokens is not None and prompt_tokens + max_tokens > context:
+            raise ContextLengthError.max_tokens_too_large(context, prompt_tokens, max_tokens)
+        budget = context - prompt_tokens if max_tokens is None else max_tokens
+
+        raw = "" if request.prompt_token_ids is not None else last_user_message(request.messages)
+        key = raw.strip()
+        entry, groups = self.match(key)
+        variables = {**groups, "last_user_message": raw, "model": self.model_name}
+        seed = self.script.seed if request.seed is None else request.seed
+        hasher = ChoiceHash(seed, entry.id, key)
+        # Renders and tokenizations shared by choices that say the same thing.
+        encoded: dict[str, tuple[str, ...]] = {}
+
+        plans = []
+        for index in range(request.n):
+            choice_draw, filler_draw = hasher.draw(index)
+            body = entry.body
+            variant: int | None = None
+            if isinstance(body, Synthetic):
+                n = body.min_tokens + choice_draw % (body.max_tokens - body.min_tokens + 1)
+                # One past the budget is enough to know it was cut; skip building the rest.
+                tokens = filler_tokens(min(n, budget + 1), filler_draw, leading_space=False)
+            else:
+                if isinstance(body, Content):
+                    template = body.template
+                else:
+                    variant = choice_draw % len(body.templates)
+                    template = body.templates[variant]
+                text = template.render(variables)
+                cached = encoded.get(text)
+                if cached is None:
+                    cached = encoded[text] = tuple(encode(text))
+                tokens = cached
+            tokens, finish = self._finish(tokens, budget, request, filler_draw >> 32)
+            plans.append(
+                GenerationPlan(
+                    prompt_tokens=prompt_tokens,
+                    tokens=tokens,
+                    finish_reason=finish,
+                    entry_id=entry.id,
+                    variant=variant,
+                    choice_index=index,
+                )
+            )
+        return tuple(plans)
+
+    @staticmethod
+    def _finish(
+        tokens: tuple[str, ...], budget: int, request: GenerationRequest, pad_draw: int
+    ) -> tuple[tuple[str, ...], FinishReason]:
+        """Pad (ignore_eos), truncate to the budget, cut at a stop string; with the finish reason."""
+        if request.ignore_eos and len(tokens) < budget:
+            tokens += filler_tokens(budget - len(tokens), pad_draw, leading_space=bool(tokens))
+        truncated = len(tokens) > budget
+        if truncated:
+            tokens = tokens[:budget]
+        # Stop strings are looked for in the text actually generated, as vLLM does: one that would
+        # only complete after the budget never fires.
+        if request.stop:
+            text = "".join(tokens)
+            cut = _stop_at(text, request.stop)
+            if cut >= 0:
+                return tuple(encode(text[:cut])), FinishReason.STOP
+        if truncated or request.ignore_eos:
+            return tokens, FinishReason.LENGTH
+        return tokens, FinishReason.STOP

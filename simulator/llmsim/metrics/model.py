@@ -1,0 +1,149 @@
+"""One served model's metrics: an :class:`~llmsim.engine.EngineObserver` plus the API's lag sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
+
+from llmsim.metrics import buckets
+from llmsim.metrics.histogram import Histogram
+from llmsim.metrics.summary import Summary
+from llmsim.types import EngineSnapshot, FinishReason, RequestId, RequestStats, StepStats
+
+Snapshot = Callable[[], EngineSnapshot]
+
+_IDLE = EngineSnapshot(num_running=0, num_waiting=0, kv_used_blocks=0, kv_total_blocks=0)
+
+
+def _idle() -> EngineSnapshot:
+    return _IDLE
+
+
+class ModelMetrics:
+    """Counters and histograms of one model, fed by its engine and by the API, read at scrape time.
+
+    Every value is what vLLM would compute from the *simulated* timeline (see docs/metrics.md for
+    each definition), except the ``llmsim_*`` lag histograms, which measure the simulator itself.
+    Gauges (running, waiting, KV usage) are not kept here: they are read from ``snapshot`` when
+    Prometheus scrapes.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_model_len: int,
+        snapshot: Snapshot | None = None,
+        cache_config: Mapping[str, str] | None = None,
+        legacy_metrics: bool = False,
+    ) -> None:
+        self.name = name
+        self.legacy_metrics = legacy_metrics
+        self.snapshot: Snapshot = snapshot or _idle
+        self.cache_config: dict[str, str] | None = None
+        self.prefix_caching = False
+        self.bind(self.snapshot, cache_config)
+        # Counters (never reset).
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.preemptions = 0
+        self.requests = dict.fromkeys(FinishReason, 0)
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        # vLLM's histograms.
+        self.ttft = Histogram(buckets.TTFT_BUCKETS)
+        self.itl = Histogram(buckets.TOKEN_LATENCY_BUCKETS)
+        self.tpot = Histogram(buckets.TOKEN_LATENCY_BUCKETS)
+        self.e2e = Histogram(buckets.REQUEST_LATENCY_BUCKETS)
+        self.queue_time = Histogram(buckets.REQUEST_LATENCY_BUCKETS)
+        self.inference_time = Histogram(buckets.REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = Histogram(buckets.REQUEST_LATENCY_BUCKETS)
+        self.decode_time = Histogram(buckets.REQUEST_LATENCY_BUCKETS)
+        token_buckets = buckets.build_1_2_5_buckets(max_model_len)
+        self.request_prompt_tokens = Histogram(token_buckets)
+        self.request_generation_tokens = Histogram(token_buckets)
+        self.iteration_tokens = Histogram(buckets.ITERATION_TOKENS_BUCKETS)
+        # llmsim's own.
+        self.token_lag = Histogram(buckets.LAG_BUCKETS)
+        self.step_lag = Histogram(buckets.LAG_BUCKETS)
+        self.step_duration = Histogram(buckets.STEP_DURATION_BUCKETS)
+        self.batch_size = Histogram(buckets.BATCH_SIZE_BUCKETS)
+        self.summary = Summary()
+
+    def bind(self, snapshot: Snapshot, cache_config: Mapping[str, str] | None = None) -> None:
+        """Attach the engine once it exists (it is built with this object as its observer)."""
+        self.snapshot = snapshot
+        self.cache_config = dict(cache_config) if cache_config is not None else None
+        # No prefix cache is simulated: with caching on, every admitted prompt is a query and a miss.
+        self.prefix_caching = self.cache_config is not None and self.cache_config.get("enable_prefix_caching") == "True"
+
+    def reset_summary(self) -> None:
+        self.summary = Summary()
+
+    # EngineObserver -------------------------------------------------------------------------
+
+    def on_step(self, stats: StepStats) -> None:
+        tokens = stats.num_prefill_tokens + stats.num_decode_tokens
+        self.iteration_tokens.observe(tokens)
+        self.step_duration.observe(stats.duration)
+        self.step_lag.observe(stats.lag)
+        self.batch_size.observe(stats.batch_size)
+        # Counted per step, as vLLM does, so the counter moves while victims are still running.
+        self.preemptions += stats.num_preemptions
+        summary = self.summary
+        summary.preemptions += stats.num_preemptions
+        summary.step_duration.add(stats.duration)
+        summary.step_lag.add(stats.lag)
+        summary.batch_size.add(stats.batch_size)
+
+    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+        # Observed now, not at the end of the stream, so TTFT dashboards don't wait for long outputs.
+        self.ttft.observe(ttft)
+        self.summary.ttft.add(ttft)
+
+    def on_request_finished(self, stats: RequestStats) -> None:
+        summary = self.summary
+        self.requests[stats.finish_reason] += 1
+        summary.requests[stats.finish_reason] += 1
+        first = stats.first_token
+        # vLLM counts a prompt when its first token comes out: one aborted in the queue never counts.
+        if first is not None:
+            self.prompt_tokens += stats.prompt_tokens
+            summary.prompt_tokens += stats.prompt_tokens
+        self.generation_tokens += stats.output_tokens
+        summary.generation_tokens += stats.output_tokens
+        if self.prefix_caching and stats.scheduled is not None:
+            self.prefix_cache_queries += stats.prompt_tokens
+
+        e2e = stats.e2e
+        queue_time = stats.queue_time
+        self.e2e.observe(e2e)
+        self.queue_time.observe(queue_time)
+        summary.e2e.add(e2e)
+        summary.queue_time.add(queue_time)
+        self.request_prompt_tokens.observe(stats.prompt_tokens)
+        self.request_generation_tokens.observe(stats.output_tokens)
+        if first is None:
+            return  # no token: prefill, decode and per-token latencies are undefined
+
+        times = stats.token_times
+        last = times[-1] if times else first
+        decode = last - first
+        self.decode_time.observe(decode)
+        if stats.scheduled is not None:
+            self.prefill_time.observe(first - stats.scheduled)
+            self.inference_time.observe(last - stats.scheduled)
+        # vLLM leaves out the first token (it came from prefill) and reports 0 for a 1-token output.
+        self.tpot.observe(decode / (stats.output_tokens - 1) if stats.output_tokens > 1 else 0.0)
+        # ITL from the release times, batched per request: one pass here instead of work per token.
+        if len(times) > 1:
+            gaps = [b - a for a, b in pairwise(times)]
+            self.itl.observe_many(gaps)
+            summary.itl.add_many(gaps)
+
+    # API ------------------------------------------------------------------------------------
+
+    def observe_lags(self, lags: Sequence[float]) -> None:
+        """Release lags (release - simulated deadline) of one request's tokens."""
+        self.token_lag.observe_many(lags)
+        self.summary.lag.add_many(lags)

@@ -1,0 +1,76 @@
+"""Prebuilt SSE templates produce exactly what encoding the OpenAI chunk dicts would."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmsim.api.sse import DONE, ChunkTemplates
+from llmsim.types import FinishReason
+
+
+def parse(chunk: bytes) -> Any:
+    assert chunk.startswith(b"data: ")
+    assert chunk.endswith(b"\n\n")
+    assert chunk.count(b"\n\n") == 1
+    return json.loads(chunk[len(b"data: ") : -2])
+
+
+HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": 'm"odel'}
+
+
+@given(text=st.text(), index=st.integers(0, 200), finish=st.sampled_from([None, *FinishReason]))
+def test_chat_token_chunk_matches_dict_encoding(text: str, index: int, finish: FinishReason | None) -> None:
+    t = ChunkTemplates("chatcmpl-1", 1700000000, 'm"odel', chat=True)
+    got = parse(t.token(index, text, finish))
+    choice = {
+        "index": index,
+        "delta": {"content": text},
+        "logprobs": None,
+        "finish_reason": None if finish is None else finish.value,
+    }
+    assert got == {**HEAD, "choices": [choice]}
+
+
+@given(text=st.text(), usage=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)))
+def test_text_completion_chunk_with_continuous_usage(text: str, usage: tuple[int, int]) -> None:
+    t = ChunkTemplates("cmpl-1", 5, "m", chat=False)
+    got = parse(t.token(3, text, FinishReason.LENGTH, usage))
+    prompt, completion = usage
+    assert got == {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 5,
+        "model": "m",
+        "choices": [{"index": 3, "text": text, "logprobs": None, "finish_reason": "length"}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": None,
+        },
+    }
+
+
+def test_role_usage_error_and_done_chunks() -> None:
+    t = ChunkTemplates("chatcmpl-1", 1700000000, 'm"odel', chat=True)
+    assert parse(t.role(1))["choices"] == [
+        {"index": 1, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    ]
+    final = parse(t.usage(7, 5))
+    assert final["choices"] == []
+    assert final["usage"]["total_tokens"] == 12
+    assert parse(t.error("boom", "InternalServerError", 500)) == {
+        "error": {"message": "boom", "type": "InternalServerError", "param": None, "code": 500}
+    }
+    assert DONE == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("text", ["\n", '"', "\\", "日本", "\u2028", "\x00"])
+def test_awkward_token_texts_stay_one_event(text: str) -> None:
+    chunk = ChunkTemplates("x", 1, "m", chat=True).token(0, text)
+    assert parse(chunk)["choices"][0]["delta"]["content"] == text

@@ -1,0 +1,46 @@
+"""The roofline step duration, and the seed design's single-request and 29-request figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmsim.engine.scheduler import CostModel, WorkloadItem, simulate
+
+from .builders import BANDWIDTH, FLOPS, KV_PER_TOKEN, PARAMS, WEIGHTS, roofline, seed_params
+
+
+def test_memory_bound_decode_and_compute_bound_prefill() -> None:
+    cost = CostModel(seed_params())
+    # Decode of one sequence at 1,000 tokens of context: reads the weights plus 1,000 tokens of KV.
+    assert cost.step_duration(1, 1000) == pytest.approx((WEIGHTS + 1000 * KV_PER_TOKEN) / BANDWIDTH, rel=1e-12)
+    # A full 8,192-token prefill: 2 x 6.74e9 x 8192 / 989e12 = 111.7 ms of compute.
+    assert cost.step_duration(8192, 8192) == pytest.approx(2 * PARAMS * 8192 / FLOPS, rel=1e-12)
+    assert cost.step_duration(8192, 8192) == pytest.approx(0.1117, rel=0.001)
+
+
+def test_efficiencies_and_overhead() -> None:
+    cost = CostModel(seed_params(compute_efficiency=0.5, memory_efficiency=0.8, step_overhead_s=0.002))
+    assert cost.step_duration(1, 0) == pytest.approx(WEIGHTS / (BANDWIDTH * 0.8) + 0.002, rel=1e-12)
+    assert cost.step_duration(8192, 0) == pytest.approx(2 * PARAMS * 8192 / (FLOPS * 0.5) + 0.002, rel=1e-12)
+    assert cost.compute_time(10) == pytest.approx(2 * PARAMS * 10 / (FLOPS * 0.5))
+    assert cost.memory_time(10) == pytest.approx((WEIGHTS + 10 * KV_PER_TOKEN) / (BANDWIDTH * 0.8))
+
+
+def test_one_short_request_decodes_at_about_4_5_ms_per_token() -> None:
+    # Prompt 16, 10 outputs: decode step j (1..9) computes token 16 + j and reads 16 + j tokens.
+    result = simulate(seed_params(), [WorkloadItem(0.0, 16, 10)])
+    (r,) = result.requests
+    assert r.ttft == pytest.approx(roofline(16, 16), rel=1e-12)
+    assert r.itl == pytest.approx([roofline(1, 16 + j) for j in range(1, 10)], rel=1e-12)
+    assert r.itl[0] == pytest.approx(0.0045, rel=0.01)
+
+
+def test_29_requests_at_4k_context_share_an_itl_of_about_25_ms() -> None:
+    # A budget of 29 x 4000 tokens prefills all prompts in one step, so the 29 decode in lockstep:
+    # decode step j reads 29 x (4000 + j) tokens of KV, ~62 GB -> ~25 ms for everyone.
+    params = seed_params(max_batch_tokens=29 * 4000)
+    result = simulate(params, [WorkloadItem(0.0, 4000, 96)] * 29)
+    expected = [roofline(29, 29 * (4000 + j)) for j in range(1, 96)]
+    for r in result.requests:
+        assert r.itl == pytest.approx(expected, rel=1e-9)
+    assert result.summary().itl.p50 == pytest.approx(0.025, rel=0.02)

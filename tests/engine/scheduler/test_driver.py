@@ -1,0 +1,237 @@
+"""The scheduler engine on an event loop in virtual loop time (looptime: 1 us resolution, no real waits)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import pytest
+
+from llmsim.engine.clock import MonotonicClock
+from llmsim.engine.errors import EngineOverloaded
+from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem, simulate
+from llmsim.types import FinishReason, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
+
+from .builders import roofline, seed_params
+
+TICK = 2e-6  # looptime rounds timers to 1 us
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.steps: list[StepStats] = []
+        self.first: list[tuple[RequestId, float, float]] = []
+        self.finished: list[RequestStats] = []
+
+    def on_step(self, stats: StepStats) -> None:
+        self.steps.append(stats)
+
+    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+        self.first.append((request_id, ttft, queue_time))
+
+    def on_request_finished(self, stats: RequestStats) -> None:
+        self.finished.append(stats)
+
+
+def plan(n_tokens: int, prompt_tokens: int = 16) -> GenerationPlan:
+    return GenerationPlan(prompt_tokens, tuple(f"t{i}" for i in range(n_tokens)), FinishReason.STOP, "e")
+
+
+def loop_clock() -> MonotonicClock:
+    return MonotonicClock(now=asyncio.get_running_loop().time)
+
+
+async def started(params: SchedulerParams, rec: Recorder) -> tuple[SchedulerEngine, MonotonicClock]:
+    clock = loop_clock()
+    engine = SchedulerEngine(params, clock, rec)
+    await engine.start()
+    return engine, clock
+
+
+@pytest.mark.looptime
+async def test_tokens_are_released_at_exactly_the_step_deadlines() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    durations = [roofline(16, 16)] + [roofline(1, 16 + j) for j in range(1, 5)]
+    deadlines = [arrival + sum(durations[: i + 1]) for i in range(5)]
+    events: list[TokenEvent] = []
+    async with aclosing(engine.run(plan(5), arrival, RequestId("r"))) as it:
+        async for ev in it:
+            events.append(ev)
+            assert clock.now() == pytest.approx(ev.sim_time, abs=TICK)
+    assert [e.sim_time for e in events] == pytest.approx(deadlines, rel=1e-12)
+    assert [(e.index, e.text, e.queue_time) for e in events] == [(i, f"t{i}", 0.0) for i in range(5)]
+    assert all(e.lag < TICK for e in events)
+    # Anchored timeline: each step starts where the previous one was due to end.
+    assert [s.start for s in rec.steps] == pytest.approx([arrival, *deadlines[:-1]], rel=1e-12)
+    assert rec.first == [("r", pytest.approx(durations[0], rel=1e-12), 0.0)]
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.STOP
+    assert stats.output_tokens == 5
+    assert stats.token_times == pytest.approx(deadlines, rel=1e-12)
+    assert engine.snapshot().kv_used_blocks == 0
+    assert engine.snapshot().kv_total_blocks == 7609
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_concurrent_clients_see_the_virtual_time_timeline() -> None:
+    # The driver and simulate() share the core: for the same arrivals, the same token times.
+    # Arrivals are whole milliseconds, away from the (irrational) step boundaries.
+    workload = [
+        WorkloadItem(0.000, 300, 20),
+        WorkloadItem(0.003, 50, 30),
+        WorkloadItem(0.011, 9000, 5),
+        WorkloadItem(0.200, 10, 10),
+        WorkloadItem(1.500, 700, 3),
+    ]
+    rec = Recorder()
+    params = seed_params()
+    engine, clock = await started(params, rec)
+
+    async def client(i: int, item: WorkloadItem) -> list[float]:
+        await asyncio.sleep(item.arrival)
+        stamp = clock.now()
+        assert stamp == item.arrival
+        plan_i = plan(item.output_tokens, item.prompt_tokens)
+        return [ev.sim_time async for ev in engine.run(plan_i, stamp, RequestId(str(i)))]
+
+    got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
+    expected = simulate(params, workload)
+    for times, r in zip(got, expected.requests, strict=True):
+        assert times == pytest.approx(r.token_times, rel=1e-12)
+    assert [s.start for s in rec.steps] == pytest.approx([s.start for s in expected.steps], rel=1e-12)
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_closing_an_iterator_aborts_the_request_and_frees_its_blocks() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    async with aclosing(engine.run(plan(50, prompt_tokens=1000), clock.now(), RequestId("gone"))) as it:
+        got = [ev async for ev in take(it, 3)]
+    assert len(got) == 3
+    snap = engine.snapshot()
+    assert (snap.num_running, snap.num_waiting, snap.kv_used_blocks) == (0, 0, 0)
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.ABORT
+    assert stats.output_tokens == 3
+    assert stats.finished == pytest.approx(got[-1].sim_time, abs=TICK)
+    # The loop carries on for the next request.
+    events = [ev async for ev in engine.run(plan(2), clock.now(), RequestId("next"))]
+    assert len(events) == 2
+    await engine.stop()
+
+
+async def take(it: AsyncIterator[TokenEvent], n: int) -> AsyncIterator[TokenEvent]:
+    """The first ``n`` items of an async iterator, leaving it open."""
+    for _ in range(n):
+        yield await anext(it)
+
+
+@pytest.mark.looptime
+async def test_an_idle_engine_restarts_at_the_arrival_stamp_not_at_now() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    first = [ev async for ev in engine.run(plan(2), clock.now(), RequestId("a"))]
+    assert first[-1].sim_time < 0.01
+    await asyncio.sleep(5.0 - clock.now())
+    # Stamped 100 ms before the engine sees it (e.g. by middleware): the timeline starts there.
+    arrival = clock.now() - 0.1
+    events = [ev async for ev in engine.run(plan(3), arrival, RequestId("b"))]
+    durations = [roofline(16, 16), roofline(1, 17), roofline(1, 18)]
+    assert [e.sim_time for e in events] == pytest.approx(
+        [arrival + sum(durations[: i + 1]) for i in range(3)], rel=1e-12
+    )
+    # Those deadlines were already past when the request arrived: released at once, lag recorded.
+    assert events[0].lag == pytest.approx(5.0 - (arrival + durations[0]), abs=TICK)
+    assert rec.steps[2].start == arrival
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_full_waiting_queue_refuses_new_requests() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(max_num_sequences=1, max_waiting_requests=1), rec)
+    a = engine.run(plan(100), clock.now(), RequestId("a"))
+    await anext(a)  # a runs
+    b_task = asyncio.create_task(collect(engine.run(plan(2), clock.now(), RequestId("b"))))
+    await asyncio.sleep(0)  # b registers and waits: one running, one waiting
+    snap = engine.snapshot()
+    assert (snap.num_running, snap.num_waiting) == (1, 1)
+    assert not engine.accepting()
+    c = engine.run(plan(1), clock.now(), RequestId("c"))
+    with pytest.raises(EngineOverloaded, match="1 requests waiting"):
+        await anext(c)
+    await a.aclose()
+    assert len(await b_task) == 2
+    assert engine.accepting()
+    await engine.stop()
+
+
+async def collect(it: AsyncIterator[TokenEvent]) -> list[TokenEvent]:
+    return [ev async for ev in it]
+
+
+@pytest.mark.looptime
+async def test_stop_ends_in_flight_iterators_and_reports_them_aborted() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    it = engine.run(plan(100), clock.now(), RequestId("a"))
+    task = asyncio.create_task(collect(it))
+    await asyncio.sleep(0.05)
+    await engine.stop()
+    events = await task
+    assert 0 < len(events) < 100
+    assert [s.finish_reason for s in rec.finished] == [FinishReason.ABORT]
+    assert not engine.accepting()
+
+
+class Exploding(Recorder):
+    def on_step(self, stats: StepStats) -> None:
+        raise RuntimeError("observer bug")
+
+
+@pytest.mark.looptime
+async def test_a_failed_step_loop_fails_its_streams_instead_of_hanging() -> None:
+    engine, clock = await started(seed_params(), Exploding())
+    with pytest.raises(RuntimeError, match="step loop failed"):
+        await collect(engine.run(plan(3), clock.now(), RequestId("a")))
+    assert not engine.accepting()
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_plan_without_tokens_ends_after_its_prefill() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    assert await collect(engine.run(plan(0), clock.now(), RequestId("a"))) == []
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.STOP
+    assert stats.finished == pytest.approx(roofline(16, 16))
+    await engine.stop()
+
+
+class LateClock:
+    """Every deadline is already 1 ms past when reached: sleep_until never suspends."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep_until(self, deadline: float) -> float:
+        return 0.001
+
+
+async def test_a_loop_running_late_still_lets_consumers_and_arrivals_in() -> None:
+    rec = Recorder()
+    engine = SchedulerEngine(seed_params(), LateClock(), rec)
+    await engine.start()
+    seen_at_step: list[int] = []
+    async for _ in engine.run(plan(5), 0.0, RequestId("a")):
+        seen_at_step.append(len(rec.steps))
+    # Each token reaches its consumer before the following step has run.
+    assert seen_at_step == [1, 2, 3, 4, 5]
+    assert all(s.lag == 0.001 for s in rec.steps)
+    await engine.stop()

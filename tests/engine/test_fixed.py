@@ -1,0 +1,112 @@
+"""The fixed and instant engines in virtual loop time (looptime): exact deadlines, no drift."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+
+import pytest
+
+from llmsim.engine.clock import ManualClock, MonotonicClock
+from llmsim.engine.fixed import FixedEngine, FixedTiming
+from llmsim.engine.instant import InstantEngine
+from llmsim.types import FinishReason, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.finished: list[RequestStats] = []
+        self.first: list[tuple[RequestId, float, float]] = []
+
+    def on_step(self, stats: StepStats) -> None:
+        raise AssertionError("fixed engine has no steps")
+
+    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+        self.first.append((request_id, ttft, queue_time))
+
+    def on_request_finished(self, stats: RequestStats) -> None:
+        self.finished.append(stats)
+
+
+def plan(n_tokens: int, prompt_tokens: int = 100) -> GenerationPlan:
+    return GenerationPlan(prompt_tokens, tuple(f"t{i}" for i in range(n_tokens)), FinishReason.STOP, "e")
+
+
+def loop_clock() -> MonotonicClock:
+    return MonotonicClock(now=asyncio.get_running_loop().time)
+
+
+@pytest.mark.looptime
+async def test_fixed_timeline_is_anchored_at_arrival() -> None:
+    # TTFT = 50 ms + 1000 tokens / 10k tok/s = 150 ms; then one token per 20 ms.
+    clock = loop_clock()
+    rec = Recorder()
+    engine = FixedEngine(FixedTiming(0.050, 10_000, 0.020), clock, rec)
+    arrival = clock.now()
+    events: list[TokenEvent] = []
+    async with aclosing(engine.run(plan(5, prompt_tokens=1000), arrival, RequestId("r"))) as it:
+        async for ev in it:
+            events.append(ev)
+            assert clock.now() == pytest.approx(ev.sim_time)
+    expected = [arrival + 0.150 + i * 0.020 for i in range(5)]
+    assert [e.sim_time for e in events] == pytest.approx(expected)
+    assert [e.index for e in events] == [0, 1, 2, 3, 4]
+    assert [e.text for e in events] == ["t0", "t1", "t2", "t3", "t4"]
+    assert all(e.lag == 0.0 for e in events)
+    assert rec.first == [("r", pytest.approx(0.150), 0.0)]
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.STOP
+    assert stats.output_tokens == 5
+    assert stats.ttft == pytest.approx(0.150)
+    assert stats.e2e == pytest.approx(0.150 + 4 * 0.020)
+
+
+@pytest.mark.looptime
+async def test_overhead_before_the_engine_is_absorbed_and_lateness_does_not_accumulate() -> None:
+    clock = loop_clock()
+    engine = FixedEngine(FixedTiming(0.100, None, 0.010), clock)
+    arrival = clock.now()
+    await asyncio.sleep(0.030)  # request handling before the engine: shorter than TTFT
+    times = []
+    async with aclosing(engine.run(plan(4), arrival, RequestId("r"))) as it:
+        async for ev in it:
+            times.append((clock.now(), ev.lag))
+            if ev.index == 1:
+                await asyncio.sleep(0.025)  # a slow consumer: 2.5 ITLs late once
+    # token 0 at 100 ms (overhead absorbed), token 1 at 110 ms; the consumer comes back at 135 ms:
+    # token 2 (deadline 120 ms) goes out at once with 15 ms lag, token 3 is back on its 130 ms... which
+    # has also passed (135 ms): lag 5 ms. The timeline never shifts.
+    assert [t for t, _ in times] == pytest.approx([arrival + 0.100, arrival + 0.110, arrival + 0.135, arrival + 0.135])
+    assert [lag for _, lag in times] == pytest.approx([0.0, 0.0, 0.015, 0.005])
+
+
+@pytest.mark.looptime
+async def test_closing_the_iterator_reports_an_abort() -> None:
+    clock = loop_clock()
+    rec = Recorder()
+    engine = FixedEngine(FixedTiming(0.0, None, 0.010), clock, rec)
+    async with aclosing(engine.run(plan(10), clock.now(), RequestId("r"))) as it:
+        async for ev in it:
+            if ev.index == 2:
+                break
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.ABORT
+    assert stats.output_tokens == 3
+    assert engine.snapshot().num_running == 0
+
+
+async def test_instant_engine_releases_everything_at_once() -> None:
+    clock = ManualClock(start=5.0)
+    rec = Recorder()
+    engine = InstantEngine(clock, rec)
+    events = [ev async for ev in engine.run(plan(3), 4.0, RequestId("r"))]
+    assert [e.sim_time for e in events] == [5.0, 5.0, 5.0]
+    assert rec.finished[0].finish_reason is FinishReason.STOP
+    assert rec.finished[0].ttft == 1.0
+
+
+async def test_manual_clock_reports_lag_of_past_deadlines() -> None:
+    clock = ManualClock(start=10.0)
+    assert await clock.sleep_until(9.5) == 0.5
+    assert await clock.sleep_until(12.0) == 0.0
+    assert clock.now() == 12.0

@@ -1,0 +1,259 @@
+"""responses.yml: the embedded default, and one-line errors naming file, entry and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmsim.errors import ConfigError
+from llmsim.llm import EMBEDDED_RESPONSES, load_responses, parse_responses
+from llmsim.llm.script import Content, MatchKind, Synthetic, Variants
+
+
+def test_embedded_default_has_every_kind_of_entry() -> None:
+    script = load_responses()
+    assert script.file == EMBEDDED_RESPONSES
+    kinds = {e.match.kind for e in script.entries if e.match is not None}
+    assert kinds == set(MatchKind)
+    bodies = {type(e.body) for e in script.entries}
+    assert bodies == {Content, Variants, Synthetic}
+    assert any(e.match is not None and e.match.regex is not None and e.match.regex.groupindex for e in script.entries)
+    assert script.default.id == "default"
+
+
+def test_loads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    path.write_text(
+        """
+seed: 42
+responses:
+  - id: a
+    match: {exact: [x, y]}
+    content: "A"
+  - id: b
+    match: {regex: '(?P<n>\\d+)', ignore_case: true}
+    variants: ["{n}", "n={n}"]
+default:
+  synthetic: {tokens: [1, 5]}
+"""
+    )
+    script = load_responses(path)
+    assert script.seed == 42
+    assert script.file == str(path)
+    a, b = script.entries
+    assert a.match is not None
+    assert a.match.values == ("x", "y")
+    assert isinstance(b.body, Variants)
+    assert len(b.body.templates) == 2
+    assert script.default.body == Synthetic(1, 5)
+
+
+def test_ignore_case_operands_are_casefolded() -> None:
+    script = parse_responses(
+        "responses: [{id: a, match: {contains: STRASSE, ignore_case: true}, content: x}]\ndefault: {content: d}", "f"
+    )
+    assert script.entries[0].match is not None
+    assert script.entries[0].match.values == ("strasse",)
+
+
+def error(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as exc:
+        parse_responses(text, "r.yml")
+    return exc.value
+
+
+GOOD_DEFAULT = "default: {content: d}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "entry", "field", "message"),
+    [
+        ("responses: [\n", None, None, "invalid YAML: line 2, column 1"),
+        ("responses: []\n", None, "default", "required field is missing"),
+        ("reponses: []\n" + GOOD_DEFAULT, None, "reponses", "unknown field"),
+        ("version: 2\n" + GOOD_DEFAULT, None, "version", "unsupported version 2"),
+        ("seed: '3'\n" + GOOD_DEFAULT, None, "seed", "expected an integer, got string"),
+        ("seed: true\n" + GOOD_DEFAULT, None, "seed", "expected an integer, got boolean"),
+        ("responses: {a: 1}\n" + GOOD_DEFAULT, None, "responses", "expected a list, got mapping"),
+        ("responses: [{match: {exact: a}, content: x}]\n" + GOOD_DEFAULT, "responses[0]", "id", "required field"),
+        (
+            "responses: [{id: 3, match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0]",
+            "id",
+            "expected a string, got integer",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, content: x}, {id: a, match: {exact: b}, content: y}]\n"
+            + GOOD_DEFAULT,
+            "responses[1] (id 'a')",
+            "id",
+            "duplicate id 'a'",
+        ),
+        (
+            "responses: [{id: default, match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'default')",
+            "id",
+            "'default' is reserved",
+        ),
+        ("responses: [{id: a, content: x}]\n" + GOOD_DEFAULT, "responses[0] (id 'a')", "match", "required field"),
+        (
+            "responses: [{id: a, match: {exact: a, contains: b}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match",
+            "exactly one of exact, regex, starts_with, contains is required (got exact, contains)",
+        ),
+        (
+            "responses: [{id: a, match: {ignore_case: true}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match",
+            "(got none)",
+        ),
+        (
+            "responses: [{id: a, match: {exactly: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.exactly",
+            "unknown field",
+        ),
+        (
+            "responses: [{id: a, match: {exact: []}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.exact",
+            "expected at least one string",
+        ),
+        (
+            "responses: [{id: a, match: {exact: [a, 1]}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.exact[1]",
+            "expected a string, got integer",
+        ),
+        (
+            "responses: [{id: a, match: {contains: ''}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.contains",
+            "empty string would match every message",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a, ignore_case: yes please}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.ignore_case",
+            "expected true or false",
+        ),
+        (
+            "responses: [{id: greet, match: {regex: 'a(b'}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'greet')",
+            "match.regex",
+            "invalid regex: missing ), unterminated subpattern at position 1",
+        ),
+        (
+            "responses: [{id: a, match: {regex: '(?P<model>x)'}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match.regex",
+            "group name 'model' shadows a built-in",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            None,
+            "exactly one body of content, variants, synthetic is required (got none)",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, content: x, variants: [y]}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            None,
+            "(got content, variants)",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, variants: []}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "variants",
+            "expected a non-empty list",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, variants: [x, 2]}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "variants[1]",
+            "expected a string, got integer",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, synthetic: {tokens: [5, 2]}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "synthetic.tokens",
+            "expected 1 <= min <= max, got [5, 2]",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, synthetic: {tokens: [0, 2]}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "synthetic.tokens",
+            "expected 1 <= min <= max",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, synthetic: {tokens: 5}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "synthetic.tokens",
+            "expected [min, max]",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, synthetic: {tokens: [1, x]}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "synthetic.tokens[1]",
+            "expected an integer",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, synthetic: {}}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "synthetic.tokens",
+            "required field",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, content: 'hi {nmae}'}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "content",
+            "unknown template variable 'nmae'",
+        ),
+        # A regex's groups are known only to that entry's body.
+        (
+            "responses: [{id: a, match: {exact: a}, content: '{city}'}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "content",
+            "unknown template variable 'city'",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, variants: [ok, '{']}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "variants[1]",
+            "single '{'",
+        ),
+        ("responses: [7]\n" + GOOD_DEFAULT, "responses[0]", None, "expected a mapping, got integer"),
+        ("default: {match: {exact: a}, content: x}\n", "default", "match", "unknown field"),
+        ("default: {content: '{city}'}\n", "default", "content", "unknown template variable 'city'"),
+        ("default: {}\n", "default", None, "exactly one body"),
+    ],
+)
+def test_errors_name_file_entry_and_field(text: str, entry: str | None, field: str | None, message: str) -> None:
+    exc = error(text)
+    assert (exc.file, exc.entry, exc.field) == ("r.yml", entry, field)
+    assert message in exc.message
+    # One line: file, entry, field, message.
+    expected_prefix = ": ".join(["r.yml", *([entry] if entry else []), *([f"field '{field}'"] if field else [])])
+    assert str(exc).startswith(expected_prefix + ": ")
+    assert "\n" not in str(exc)
+
+
+def test_a_regex_group_is_usable_in_its_body() -> None:
+    script = parse_responses(
+        "responses: [{id: a, match: {regex: '(?P<city>\\w+)'}, content: '{city}'}]\n" + GOOD_DEFAULT, "f"
+    )
+    assert isinstance(script.entries[0].body, Content)
+    assert script.entries[0].body.template.names == {"city"}
+
+
+def test_empty_file_needs_a_default() -> None:
+    exc = error("")
+    assert exc.field == "default"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_responses(tmp_path / "nope.yml")
+    assert str(exc.value).startswith(f"{tmp_path / 'nope.yml'}: cannot read file")

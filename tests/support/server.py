@@ -1,0 +1,85 @@
+"""Start the real server (``llmsim serve``: uvicorn, uvloop, httptools) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running_server(
+    tmp_path: Path,
+    *,
+    config: str | None = None,
+    responses: str | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 30.0,
+) -> Iterator[ServerProcess]:
+    """Write the given YAML texts to files, start ``llmsim serve`` and wait for /health."""
+    args = [sys.executable, "-m", "llmsim.cli", "serve", "--host", "127.0.0.1"]
+    if config is not None:
+        path = tmp_path / "models.yml"
+        path.write_text(config)
+        args += ["--config", str(path)]
+    if responses is not None:
+        path = tmp_path / "responses.yml"
+        path.write_text(responses)
+        args += ["--responses", str(path)]
+    port = free_port()
+    args += ["--port", str(port), "--log-level", "warning", *extra_args]
+    log_path = tmp_path / f"server-{port}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    server = ServerProcess(proc, port, log_path)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llmsim serve exited with {proc.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(server.base_url + "/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llmsim serve not healthy after {startup_timeout}s:\n{server.log()}")
+            time.sleep(0.05)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
