@@ -31,7 +31,7 @@ async def merged_events(
             async for event in it:
                 yield 0, event
         finally:
-            await it.aclose()  # type: ignore[attr-defined]
+            await it.aclose()
         return
 
     queue: asyncio.Queue[tuple[int, TokenEvent] | object] = asyncio.Queue()
@@ -42,7 +42,7 @@ async def merged_events(
             async for event in it:
                 queue.put_nowait((pos, event))
         finally:
-            await it.aclose()  # type: ignore[attr-defined]
+            await it.aclose()
             queue.put_nowait(_END)
 
     tasks = [asyncio.create_task(pump(i)) for i in range(len(plans))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import ClassVar, Protocol
 
 from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
@@ -52,7 +52,7 @@ class Engine(abc.ABC):
         """Stop background work; in-flight iterators end."""
 
     @abc.abstractmethod
-    def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncIterator[TokenEvent]:
+    def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncGenerator[TokenEvent, None]:
         """Release ``plan``'s tokens; ``arrival`` is the request's stamp on the engine clock."""
 
     def accepting(self) -> bool:

@@ -7,7 +7,7 @@ request before the engine (shorter than TTFT) is absorbed and wake-up lateness n
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,7 +41,9 @@ class FixedEngine(Engine):
         self._observer = observer or NullObserver()
         self._running = 0
 
-    async def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncIterator[TokenEvent]:
+    async def run(
+        self, plan: GenerationPlan, arrival: float, request_id: RequestId
+    ) -> AsyncGenerator[TokenEvent, None]:
         first = arrival + self._timing.ttft(plan.prompt_tokens)
         itl = self._timing.itl_s
         sleep_until = self._clock.sleep_until

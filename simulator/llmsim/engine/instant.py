@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import ClassVar
 
 from llmsim.engine.base import Engine, EngineObserver, NullObserver
@@ -21,7 +21,9 @@ class InstantEngine(Engine):
         self._observer = observer or NullObserver()
         self._running = 0
 
-    async def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncIterator[TokenEvent]:
+    async def run(
+        self, plan: GenerationPlan, arrival: float, request_id: RequestId
+    ) -> AsyncGenerator[TokenEvent, None]:
         self._running += 1
         released = 0
         try:

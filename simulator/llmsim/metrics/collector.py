@@ -60,7 +60,7 @@ class VllmCollector(Collector):
             yield legacy_usage
         with_cache = [m for m in models if m.cache_config is not None]
         if with_cache:
-            keys = cache_config_keys(with_cache)
+            keys = f.cache_config_keys(with_cache)
             info = GaugeMetricFamily(*f.CACHE_CONFIG, labels=(*f.LABELS, *keys))
             for m in with_cache:
                 config = m.cache_config or {}
@@ -83,8 +83,3 @@ class VllmCollector(Collector):
         info = GaugeMetricFamily(*f.INFO, labels=("version",))
         info.add_metric([__version__], 1)
         yield info
-
-
-def cache_config_keys(models: Iterable[ModelMetrics]) -> list[str]:
-    """Label names of vllm:cache_config_info: the union over models (one family, one label set)."""
-    return sorted({k for m in models for k in (m.cache_config or {})})

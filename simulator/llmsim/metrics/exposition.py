@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 from llmsim import __version__
 from llmsim.metrics import families as f
-from llmsim.metrics.collector import cache_config_keys
 from llmsim.metrics.histogram import Histogram
 from llmsim.metrics.model import ModelMetrics
 
@@ -79,25 +78,29 @@ class Exposition:
         legacy = [(m, lines) for m, lines in models if m.legacy_metrics]
         out: list[str] = []
         add = out.append
-        gauges: list[list[str]] = [[], [], [], []]
+        # The three gauges come from one snapshot per model; each family's lines are gathered apart.
+        running: list[str] = []
+        waiting: list[str] = []
+        usage: list[str] = []
+        legacy_usage: list[str] = []
         for m, lines in models:
             snap = m.snapshot()
             kv = f.go_float(f.kv_usage(snap.kv_used_blocks, snap.kv_total_blocks))
             plain = lines.plain
-            gauges[0] += (plain[f.RUNNING[0]], _int(snap.num_running), "\n")
-            gauges[1] += (plain[f.WAITING[0]], _int(snap.num_waiting), "\n")
-            gauges[2] += (plain[f.KV_USAGE[0]], kv, "\n")
+            running += (plain[f.RUNNING[0]], _int(snap.num_running), "\n")
+            waiting += (plain[f.WAITING[0]], _int(snap.num_waiting), "\n")
+            usage += (plain[f.KV_USAGE[0]], kv, "\n")
             if m.legacy_metrics:
-                gauges[3] += (plain[f.LEGACY_KV_USAGE[0]], kv, "\n")
-        for (name, doc), lines_of_gauge in zip((f.RUNNING, f.WAITING, f.KV_USAGE), gauges, strict=False):
-            add(_header(name, doc, "gauge"))
-            out += lines_of_gauge
+                legacy_usage += (plain[f.LEGACY_KV_USAGE[0]], kv, "\n")
+        gauges = [(f.RUNNING, running), (f.WAITING, waiting), (f.KV_USAGE, usage)]
         if legacy:
-            add(_header(*f.LEGACY_KV_USAGE, "gauge"))
-            out += gauges[3]
+            gauges.append((f.LEGACY_KV_USAGE, legacy_usage))
+        for (name, doc), gauge_lines in gauges:
+            add(_header(name, doc, "gauge"))
+            out += gauge_lines
         with_cache = [m for m, _ in models if m.cache_config is not None]
         if with_cache:
-            keys = cache_config_keys(with_cache)
+            keys = f.cache_config_keys(with_cache)
             add(_header(*f.CACHE_CONFIG, "gauge"))
             for m in with_cache:
                 config = m.cache_config or {}

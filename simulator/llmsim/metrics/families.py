@@ -7,7 +7,7 @@ these tables, so the two pages cannot drift apart in what they list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Generic, TypeVar
@@ -146,6 +146,11 @@ go_float: Callable[[float], str] = prometheus_utils.floatToGoString
 def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
     """``le`` label values of a bucket set, ending with ``+Inf``; formatted once, not per scrape."""
     return (*(go_float(b) for b in bounds), "+Inf")
+
+
+def cache_config_keys(models: Iterable[ModelMetrics]) -> list[str]:
+    """Label names of vllm:cache_config_info: the union over models (one family, one label set)."""
+    return sorted({k for m in models for k in (m.cache_config or {})})
 
 
 def kv_usage(used: int, total: int) -> float:

@@ -39,10 +39,10 @@ class ModelMetrics:
     ) -> None:
         self.name = name
         self.legacy_metrics = legacy_metrics
-        self.snapshot: Snapshot = snapshot or _idle
+        self.snapshot: Snapshot = _idle
         self.cache_config: dict[str, str] | None = None
         self.prefix_caching = False
-        self.bind(self.snapshot, cache_config)
+        self.bind(snapshot or _idle, cache_config)
         # Counters (never reset).
         self.prompt_tokens = 0
         self.generation_tokens = 0

@@ -23,7 +23,7 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import suppress
 from typing import ClassVar
 
@@ -134,7 +134,9 @@ class SchedulerEngine(Engine):
         limit = self._params.max_waiting_requests
         return not self._closed and self._failure is None and (limit is None or self._num_waiting() < limit)
 
-    async def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncIterator[TokenEvent]:
+    async def run(
+        self, plan: GenerationPlan, arrival: float, request_id: RequestId
+    ) -> AsyncGenerator[TokenEvent, None]:
         if self._closed or self._failure is not None:
             raise RuntimeError("the scheduler engine is not running")
         limit = self._params.max_waiting_requests

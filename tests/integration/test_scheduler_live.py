@@ -1,0 +1,77 @@
+"""The scheduler engine behind the real server: observed ITL follows the simulated step time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.server import running_server
+
+pytestmark = pytest.mark.integration
+
+# A deliberately slow GPU so a step is long against the machine's noise:
+# decode step = (weights + KV read) / bandwidth = (1e9 params * 2 B + small) / 100 GB/s ≈ 20 ms;
+# compute = 2 * 1e9 * batch tokens / 100 TFLOPS ≈ 0.02 ms per token: memory-bound.
+CONFIG = """
+version: 1
+hardware:
+  slow-gpu: {hbm_gib: 24, memory_bandwidth_gbps: 100, peak_tflops: 100}
+models:
+  - name: sim
+    engine: scheduler
+    hardware: slow-gpu
+    context_length: 4096
+    weights: {parameters_billions: 1.0, bytes_per_parameter: 2}
+    kv_cache: {bytes_per_token: 12288, block_size: 16, gpu_memory_utilization: 0.9}
+    scheduler: {max_batch_tokens: 2048, max_num_sequences: 64}
+"""
+RESPONSES = """
+version: 1
+responses: []
+default:
+  synthetic: {tokens: [30, 30]}
+"""
+WEIGHT_BYTES = 1e9 * 2
+BANDWIDTH = 100e9
+KV_PER_TOKEN = 12288
+
+
+def decode_step_s(batch: int, context: int) -> float:
+    return (WEIGHT_BYTES + batch * context * KV_PER_TOKEN) / BANDWIDTH
+
+
+async def stream_times(client: openai.AsyncOpenAI, content: str) -> list[float]:
+    times = []
+    stream = await client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": content}], stream=True
+    )
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            times.append(time.monotonic())
+    return times
+
+
+def test_observed_itl_matches_simulated_step_time(tmp_path: Path) -> None:
+    async def run(base_url: str) -> list[list[float]]:
+        async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0) as client:
+            return await asyncio.gather(*(stream_times(client, f"hello number {i}") for i in range(8)))
+
+    with running_server(tmp_path, config=CONFIG, responses=RESPONSES) as server:
+        streams = asyncio.run(run(server.base_url))
+        info = httpx.get(server.base_url + "/v1/models", timeout=5).json()["data"][0]["llmsim"]
+    assert all(len(t) == 30 for t in streams)
+    gaps = [b - a for times in streams for a, b in itertools.pairwise(times)]
+    # 8 sequences of ~15-45 tokens of context: the KV read adds < 0.05 ms to the 20 ms weight read.
+    expected = decode_step_s(8, 45)
+    assert expected == pytest.approx(0.020, rel=0.01)
+    observed = statistics.median(gaps)
+    assert expected * 0.8 < observed < expected * 1.5, (observed, expected)
+    # KV capacity reported at startup: floor((24 GiB * 0.9 - 2 GB) / (12288 B * 16)).
+    assert info["kv_cache_blocks"] == int((24 * 2**30 * 0.9 - WEIGHT_BYTES) // (KV_PER_TOKEN * 16))
