@@ -215,3 +215,22 @@ def test_broken_config_stops_before_binding(tmp_path: Path) -> None:
     assert str(path) in line
     assert "models[0] (name 'a')" in line
     assert "field 'kv_cache'" in line or "field 'weights'" in line
+
+
+def test_broken_responses_file_stops_before_binding(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "responses.yml"
+    path.write_text('responses:\n  - {id: bad, match: {regex: "(unclosed"}, content: x}\ndefault: {content: y}\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmsim.cli", "serve", "--responses", str(path), "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert str(path) in line
+    assert "responses[0] (id 'bad')" in line
+    assert "match.regex" in line
