@@ -101,3 +101,14 @@ def test_any_data_any_quantile(values: list[float], q: float) -> None:
     assert got is not None
     # Values within 1e-9 of zero share the zero bucket: an absolute error of at most 1e-9 there.
     assert abs(got - want) <= 0.01 * abs(want) + 1e-9
+
+
+def test_add_many_is_add_one_by_one() -> None:
+    rng = random.Random(3)
+    values = [rng.uniform(-1, 1) ** 3 for _ in range(5000)] + [0.0] * 10
+    one, many = QuantileSketch(), QuantileSketch()
+    for v in values:
+        one.add(v)
+    many.add_many(values)
+    assert (many.count, many.min, many.max, many.num_buckets) == (one.count, one.min, one.max, one.num_buckets)
+    assert [many.quantile(q) for q in QS] == [one.quantile(q) for q in QS]
