@@ -6,7 +6,9 @@ Imports nothing from llmsim, so the config loader and the responses loader can b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 
@@ -63,3 +65,14 @@ def from_validation_error(
     elif err["type"] == "missing":
         message = "required field is missing"
     return ConfigError(file, message, entry=entry, field=field)
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML to Python; a syntax error becomes a ConfigError with the file and position."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(file, f"invalid YAML: {where}{problem}") from None

@@ -7,11 +7,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from llmsim.config.schema import HardwareProfile, ModelsConfig
-from llmsim.errors import ConfigError, from_validation_error
+from llmsim.errors import ConfigError, from_validation_error, parse_yaml
 
 EMBEDDED_MODELS = "<embedded>/models.yml"
 
@@ -19,17 +18,6 @@ EMBEDDED_MODELS = "<embedded>/models.yml"
 def read_data_file(name: str) -> str:
     """Text of a file shipped in ``llmsim/data``."""
     return resources.files("llmsim").joinpath("data", name).read_text(encoding="utf-8")
-
-
-def parse_yaml(text: str, file: str) -> Any:
-    """YAML to Python, with the file and position in the error."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(file, f"invalid YAML: {where}{problem}") from None
 
 
 @cache

@@ -28,9 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-
-from llmsim.errors import ConfigError
+from llmsim.errors import ConfigError, parse_yaml
 from llmsim.llm.script import Body, Content, Entry, Match, MatchKind, Script, Synthetic, Variants
 from llmsim.llm.template import Template, TemplateError
 
@@ -184,20 +182,10 @@ def _parse_entry(file: str, index: int, raw: Any, seen: set[str]) -> Entry:
     return Entry(entry_id, match, _parse_body(check, spec, known))
 
 
-def _parse_yaml(text: str, file: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(file, f"invalid YAML: {where}{problem}") from None
-
-
 def parse_responses(text: str, file: str) -> Script:
     """Parse responses.yml text; ``file`` names it in errors. Raises :class:`ConfigError`."""
     check = _Checker(file)
-    raw = _parse_yaml(text, file)
+    raw = parse_yaml(text, file)
     if raw is None:
         raw = {}
     top = check.mapping(raw, None, _TOP_KEYS)
