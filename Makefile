@@ -34,6 +34,7 @@ lint: $(VENV)/.installed-dev
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
+	$(BIN)/mypy --strict tests bench
 
 imports: $(VENV)/.installed-dev
 	$(BIN)/lint-imports

@@ -53,7 +53,9 @@ async def test_fixed_timeline_is_anchored_at_arrival() -> None:
     assert [e.index for e in events] == [0, 1, 2, 3, 4]
     assert [e.text for e in events] == ["t0", "t1", "t2", "t3", "t4"]
     assert all(e.lag == 0.0 for e in events)
-    assert rec.first == [("r", pytest.approx(0.150), 0.0)]
+    ((first_id, first_ttft, first_queue),) = rec.first
+    assert (first_id, first_queue) == ("r", 0.0)
+    assert first_ttft == pytest.approx(0.150)
     (stats,) = rec.finished
     assert stats.finish_reason is FinishReason.STOP
     assert stats.output_tokens == 5

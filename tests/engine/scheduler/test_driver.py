@@ -66,7 +66,9 @@ async def test_tokens_are_released_at_exactly_the_step_deadlines() -> None:
     assert all(e.lag < TICK for e in events)
     # Anchored timeline: each step starts where the previous one was due to end.
     assert [s.start for s in rec.steps] == pytest.approx([arrival, *deadlines[:-1]], rel=1e-12)
-    assert rec.first == [("r", pytest.approx(durations[0], rel=1e-12), 0.0)]
+    ((first_id, first_ttft, first_queue),) = rec.first
+    assert (first_id, first_queue) == ("r", 0.0)
+    assert first_ttft == pytest.approx(durations[0], rel=1e-12)
     (stats,) = rec.finished
     assert stats.finish_reason is FinishReason.STOP
     assert stats.output_tokens == 5
