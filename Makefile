@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint typecheck imports unit system-deps envtest bench clean
+.PHONY: run test lint typecheck imports unit system-deps envtest bench e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,12 @@ system-deps:
 	hack/system-deps.sh
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check simulator operator tests bench
-	$(BIN)/ruff format --check simulator operator tests bench
+	$(BIN)/ruff check simulator operator tests bench e2e
+	$(BIN)/ruff format --check simulator operator tests bench e2e
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
-	$(BIN)/mypy --strict tests bench
+	$(BIN)/mypy --strict tests bench e2e
 
 imports: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
@@ -49,6 +49,10 @@ unit: $(VENV)/.installed-dev
 
 envtest:
 	@hack/envtest-assets.sh
+
+# Against a real cluster (e2e/kind-up.sh makes one with Docker and kind): not part of `make test`.
+e2e: $(VENV)/.installed-dev
+	E2E=1 $(BIN)/pytest e2e $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

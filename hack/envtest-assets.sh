@@ -12,7 +12,7 @@
 #      (needs the internet; failures fall through);
 #   3. a build of Debian's `kubernetes` source package (1.20.2) with
 #      golang-1.19-go, cached in
-#      ${LLMSIM_CACHE_DIR:-$HOME/.cache/llmsim}/envtest/1.20.2-debian/.
+#      ${LLMSIM_CACHE_DIR:-$HOME/.cache/llmsim}/envtest/1.20.2-debian-r2/.
 #
 # Usage: export KUBEBUILDER_ASSETS="$(hack/envtest-assets.sh)"
 set -euo pipefail
@@ -21,7 +21,8 @@ K8S_VERSION=1.20.2
 GO_PKG=golang-1.19-go
 GO_ROOT=/usr/lib/go-1.19
 CACHE_ROOT="${LLMSIM_CACHE_DIR:-${HOME:-/root}/.cache/llmsim}"
-ASSETS_DIR="${CACHE_ROOT}/envtest/${K8S_VERSION}-debian"
+# The suffix names the build recipe: change it when the recipe changes, so old caches are rebuilt.
+ASSETS_DIR="${CACHE_ROOT}/envtest/${K8S_VERSION}-debian-r2"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 REQUIRED=(etcd kube-apiserver kube-controller-manager)
 
@@ -112,6 +113,8 @@ missing=()
 command -v dpkg-source >/dev/null 2>&1 || missing+=(dpkg-dev)
 command -v xz >/dev/null 2>&1 || missing+=(xz-utils)
 command -v patch >/dev/null 2>&1 || missing+=(patch)
+REFLECT2=/usr/share/gocode/src/github.com/modern-go/reflect2
+[[ -f $REFLECT2/go_above_118.go ]] || missing+=(golang-github-modern-go-reflect2-dev)
 if ((${#missing[@]})); then
     if ! apt-cache show "${missing[0]}" >/dev/null 2>&1; then
         apt_update
@@ -164,6 +167,12 @@ case "$src_version" in
 esac
 SRC="$WORK/gopath/src/k8s.io/kubernetes"
 dpkg-source --no-check -x "$dsc" "$SRC" >&2 || die "dpkg-source -x failed"
+# reflect2 1.0.1, vendored by 1.20, faults under Go >= 1.18 (kube-apiserver dies with SIGSEGV on the
+# first custom-resource write): swap in Debian's reflect2 1.0.2.
+[[ -f $REFLECT2/go_above_118.go ]] || die "reflect2 1.0.2 missing: install golang-github-modern-go-reflect2-dev"
+rm -rf "$SRC/vendor/github.com/modern-go/reflect2"
+cp -r "$REFLECT2" "$SRC/vendor/github.com/modern-go/reflect2"
+rm -f "$SRC/vendor/github.com/modern-go/reflect2/go.mod"
 rm -rf "$WORK/dl"
 
 export GOPATH="$WORK/gopath"

@@ -77,7 +77,7 @@ class EnvTestError(RuntimeError):
 def default_cache_assets_dir() -> Path:
     """Where ``hack/envtest-assets.sh`` caches its Debian-source build."""
     root = os.environ.get("LLMSIM_CACHE_DIR") or str(Path.home() / ".cache" / "llmsim")
-    return Path(root) / "envtest" / "1.20.2-debian"
+    return Path(root) / "envtest" / "1.20.2-debian-r2"
 
 
 def assets_ok(path: str | os.PathLike[str] | None) -> bool:

@@ -1,0 +1,22 @@
+# The simulator image: `llmsim serve` as a non-root user on port 8000.
+#   docker build -t llmsim:dev .
+#   docker run --rm -p 8000:8000 llmsim:dev            # embedded models.yml and responses.yml
+#   docker run --rm -p 8000:8000 -v $PWD/models.yml:/etc/llmsim/models.yml:ro llmsim:dev --config /etc/llmsim/models.yml
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY simulator simulator
+COPY operator operator
+RUN pip install --no-cache-dir --root-user-action=ignore --prefix=/install .
+
+FROM python:3.11-slim
+COPY --from=build /install /usr/local
+# Read-only root filesystems are the norm in the cluster: never write .pyc files at runtime.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LLMSIM_HOST=0.0.0.0 \
+    LLMSIM_PORT=8000
+# 65532: the conventional "nonroot" uid/gid; the operator's pods run as it too.
+USER 65532:65532
+EXPOSE 8000
+ENTRYPOINT ["llmsim", "serve"]

@@ -1,0 +1,59 @@
+"""Names the operator shares with the cluster: API group, labels, annotations, field manager."""
+
+from __future__ import annotations
+
+GROUP = "llmsim.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LLMSimulator"
+PLURAL = "llmsimulators"
+SINGULAR = "llmsimulator"
+SHORT_NAMES = ("llmsim",)
+
+#: Server-side apply field manager of every child object.
+FIELD_MANAGER = "llmsim-operator"
+#: Second manager that only co-owns a Deployment's replicas while handing them to an autoscaler.
+HANDOVER_FIELD_MANAGER = "llmsim-operator-handover"
+#: Prefix of kopf's own annotations (progress, last-handled configuration) and of our finalizer.
+PERSISTENCE_PREFIX = GROUP
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+APP_NAME = "llmsim"
+MANAGED_BY = "llmsim-operator"
+
+#: Pod-template annotation holding the hash of the ConfigMap data: a config change rolls the pods.
+ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
+
+#: Paths inside the simulator container; the image's entrypoint is ``llmsim serve``.
+CONFIG_DIR = "/etc/llmsim"
+MODELS_KEY = "models.yml"
+RESPONSES_KEY = "responses.yml"
+CONTAINER_PORT = 8000
+CONTAINER_NAME = "llmsim"
+#: Non-root uid/gid of the simulator image (distroless "nonroot").
+RUN_AS_USER = 65532
+
+DEFAULT_SIMULATOR_IMAGE = "ghcr.io/llmsim/llmsim:0.1.0"
+DEFAULT_OPERATOR_IMAGE = "ghcr.io/llmsim/llmsim-operator:0.1.0"
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """Labels that select one simulator's pods (immutable in the Deployment: never add to them)."""
+    return {LABEL_NAME: APP_NAME, LABEL_INSTANCE: name}
+
+
+def common_labels(name: str) -> dict[str, str]:
+    """Labels on every child object."""
+    return {**selector_labels(name), LABEL_COMPONENT: "simulator", LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def selector_string(name: str) -> str:
+    """``selector_labels`` in label-selector syntax (``status.selector``, read by the scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+
+
+def configmap_name(name: str) -> str:
+    return f"{name}-config"

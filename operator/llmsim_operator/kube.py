@@ -1,0 +1,168 @@
+"""A small async Kubernetes client returning plain dicts: server-side apply, get, delete, status.
+
+NOTE: kubernetes_asyncio supplies what is hard (kubeconfig and in-cluster auth, token refresh,
+TLS); its generic ``call_api`` carries any path, so one code path serves core, apps and custom
+resources and the operator never converts between dicts and generated model classes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from llmsim_operator.conventions import FIELD_MANAGER
+
+Object = dict[str, Any]
+
+_PLURALS = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Deployment": "deployments",
+    "ServiceMonitor": "servicemonitors",
+    "LLMSimulator": "llmsimulators",
+}
+_REQUEST_TIMEOUT = 30.0
+
+
+class ApiError(Exception):
+    """A failed API call. ``status`` is the HTTP status, 0 for a transport failure."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+class KubeApi(Protocol):
+    """What the reconciler needs from the API server (the tests substitute a fake)."""
+
+    async def apply(self, obj: Object, *, field_manager: str = FIELD_MANAGER) -> Object: ...
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Object | None: ...
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None: ...
+
+    async def replace_status(self, obj: Object) -> Object: ...
+
+    async def api_exists(self, group_version: str, plural: str) -> bool: ...
+
+
+async def load_configuration(kubeconfig: str | None = None) -> k8s_client.Configuration:
+    """Credentials: ``kubeconfig`` if given, else the in-cluster service account, else $KUBECONFIG / ~/.kube/config.
+
+    Both the operator's client and kopf's own connection (see handlers.login) come from here.
+    """
+    configuration = k8s_client.Configuration()
+    if kubeconfig is None:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except k8s_config.ConfigException:
+            pass
+    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """REST path of a namespaced object (or its collection when ``name`` is None)."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{_PLURALS[kind]}"
+    return f"{path}/{name}" if name is not None else path
+
+
+class Kube:
+    """:class:`KubeApi` over kubernetes_asyncio."""
+
+    def __init__(self, api: k8s_client.ApiClient) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        return cls(k8s_client.ApiClient(await load_configuration(kubeconfig)))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Object | None:
+        """One API call; returns the decoded body, None on 404. Raises :class:`ApiError`."""
+        try:
+            result: Object = await self._api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=_REQUEST_TIMEOUT,
+            )
+        except k8s_client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ApiError(int(exc.status or 0), _message(exc.body) or str(exc.reason)) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, f"{type(exc).__name__}: {exc}") from None
+        except RuntimeError as exc:
+            # aiohttp's "Session is closed": a timer still running while the operator shuts down.
+            raise ApiError(0, str(exc)) from None
+        return result
+
+    async def apply(self, obj: Object, *, field_manager: str = FIELD_MANAGER) -> Object:
+        """Server-side apply (force: the operator owns what it sends, and takes it back from others)."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        query = [("fieldManager", field_manager), ("force", "true")]
+        result = await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+        if result is None:
+            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: API not found")
+        return result
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Object | None:
+        return await self.request("GET", object_path(api_version, kind, namespace, name))
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        """Delete if it still is the object with ``uid`` (never a same-named successor)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await self.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
+
+    async def replace_status(self, obj: Object) -> Object:
+        """PUT the status subresource; ``metadata.resourceVersion`` makes it fail (409) on a concurrent write."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) + "/status"
+        result = await self.request("PUT", path, body=obj)
+        if result is None:
+            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']} is gone")
+        return result
+
+    async def api_exists(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1)."""
+        listing = await self.request("GET", f"/apis/{group_version}")
+        return listing is not None and any(r.get("name") == plural for r in listing.get("resources", []))
+
+
+def _message(body: Any) -> str:
+    """The ``message`` of a Kubernetes Status body."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        status = json.loads(body)
+    except (TypeError, ValueError):
+        return str(body or "")
+    return str(status.get("message", "")) if isinstance(status, dict) else str(body)

@@ -1,0 +1,136 @@
+"""Install manifests for plain kubectl: CRD, namespace, least-privilege RBAC and the operator Deployment.
+
+The RBAC rules are the operator's whole footprint; each says why it is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmsim_operator import conventions as c
+from llmsim_operator.crd import custom_resource_definition
+
+Manifest = dict[str, Any]
+
+OPERATOR_NAME = "llmsim-operator"
+DEFAULT_NAMESPACE = "llmsim-system"
+LIVENESS_PORT = 8080
+
+#: (apiGroups, resources, verbs, why): every permission the operator uses, and nothing else.
+RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], ...] = (
+    ((c.GROUP,), (c.PLURAL,), ("get", "list", "watch", "patch"), "watch LLMSimulators; kopf's annotations"),
+    ((c.GROUP,), (f"{c.PLURAL}/status",), ("get", "update"), "status, replaced with resourceVersion checks"),
+    # OwnerReferencesPermissionEnforcement: blockOwnerDeletion needs update on the owner's finalizers.
+    ((c.GROUP,), (f"{c.PLURAL}/finalizers",), ("update",), "owner references with blockOwnerDeletion"),
+    # Server-side apply is a PATCH, but creating an absent object that way is also authorized as create.
+    (("",), ("configmaps",), ("get", "create", "patch"), "apply the config; read spec.responses.configMapRef"),
+    (("",), ("services",), ("create", "patch"), "apply the Service"),
+    (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch"), "apply; status from the watch"),
+    (("monitoring.coreos.com",), ("servicemonitors",), ("get", "create", "patch", "delete"), "optional ServiceMonitor"),
+    (("", "events.k8s.io"), ("events",), ("create", "patch"), "kopf posts events"),
+    (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), "kopf notices CRD changes"),
+)
+
+
+def cluster_role() -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": OPERATOR_NAME, "labels": _labels()},
+        "rules": [
+            {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+            for groups, resources, verbs, _ in RULES
+        ],
+    }
+
+
+def _labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": OPERATOR_NAME, "app.kubernetes.io/part-of": "llmsim"}
+
+
+def operator_deployment(namespace: str, image: str, simulator_image: str) -> Manifest:
+    labels = {"app.kubernetes.io/name": OPERATOR_NAME}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": OPERATOR_NAME, "namespace": namespace, "labels": _labels()},
+        "spec": {
+            # One replica, standalone: kopf peering is off, so a second replica would double-handle.
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": {**labels, "app.kubernetes.io/part-of": "llmsim"}},
+                "spec": {
+                    "serviceAccountName": OPERATOR_NAME,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": c.RUN_AS_USER,
+                        "runAsGroup": c.RUN_AS_USER,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "operator",
+                            "image": image,
+                            "args": [
+                                "run",
+                                "--all-namespaces",
+                                "--liveness",
+                                f"http://0.0.0.0:{LIVENESS_PORT}/healthz",
+                                "--simulator-image",
+                                simulator_image,
+                            ],
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            ],
+                            "ports": [{"name": "health", "containerPort": LIVENESS_PORT, "protocol": "TCP"}],
+                            "livenessProbe": {
+                                "httpGet": {"path": "/healthz", "port": "health"},
+                                "initialDelaySeconds": 10,
+                                "periodSeconds": 20,
+                            },
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "128Mi"},
+                                "limits": {"memory": "256Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                        }
+                    ],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def install_manifests(
+    namespace: str = DEFAULT_NAMESPACE,
+    image: str = c.DEFAULT_OPERATOR_IMAGE,
+    simulator_image: str = c.DEFAULT_SIMULATOR_IMAGE,
+) -> list[Manifest]:
+    """Everything ``kubectl apply -f`` needs, CRD first."""
+    return [
+        custom_resource_definition(),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": _labels()}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": OPERATOR_NAME, "namespace": namespace, "labels": _labels()},
+        },
+        cluster_role(),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": OPERATOR_NAME, "labels": _labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OPERATOR_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_NAME, "namespace": namespace}],
+        },
+        operator_deployment(namespace, image, simulator_image),
+    ]

@@ -1,0 +1,136 @@
+"""An LLMSimulator's spec, defaulted, re-validated and resolved against the built-in profiles.
+
+The API server enforces the OpenAPI schema, but clusters older than 1.25 ignore the CEL rules
+(``x-kubernetes-validations``); :func:`parse_spec` re-checks each of them, plus what only the
+operator can know (profile names, whether the weights fit), and raises :class:`InvalidSpec`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmsim_operator import crd
+from llmsim_operator.defaulting import apply_defaults
+from llmsim_operator.profiles import Hardware, builtin_hardware, builtin_models
+
+GIB = 2**30
+#: Name of the models.yml hardware entry rendered from explicit figures.
+CUSTOM_HARDWARE = "custom"
+
+
+class InvalidSpec(ValueError):
+    """A spec the simulator cannot serve; ``str()`` is the message reported in status."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatorSpec:
+    """One LLMSimulator, ready to render."""
+
+    name: str
+    namespace: str
+    # The spec with the CRD's defaults applied (camelCase, as stored by the API server).
+    spec: dict[str, Any]
+    # Hardware entry named in models.yml: a built-in profile, or CUSTOM_HARDWARE.
+    hardware_name: str
+    # Figures of that entry, merged from the profile and the explicit fields.
+    hardware: Hardware
+    # True when models.yml must define ``hardware_name`` itself.
+    custom_hardware: bool
+    # KV-cache capacity, None when the model's size is unknown (fixed/instant engine without one).
+    kv_cache_blocks: int | None
+
+    @property
+    def engine(self) -> str:
+        return str(self.spec["engine"])
+
+    @property
+    def model(self) -> dict[str, Any]:
+        model: dict[str, Any] = self.spec["model"]
+        return model
+
+    def section(self, key: str) -> dict[str, Any]:
+        """A defaulted sub-object of the spec ({} when absent and without a default)."""
+        value: dict[str, Any] = self.spec.get(key) or {}
+        return value
+
+
+def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorSpec:
+    """Default, validate and resolve ``spec``. Raises :class:`InvalidSpec`."""
+    if not re.match(crd.NAME_PATTERN, name) or len(name) > crd.NAME_MAX_LENGTH:
+        raise InvalidSpec(crd.RULE_NAME[1])
+    full: dict[str, Any] = apply_defaults(crd.SPEC_SCHEMA, dict(spec))
+    model: dict[str, Any] | None = full.get("model")
+    if not isinstance(model, dict) or not model.get("name"):
+        raise InvalidSpec("model.name is required")
+    _check_rules(full)
+    hardware_name, hardware, custom = _resolve_hardware(full["hardware"])
+    return SimulatorSpec(
+        name=name,
+        namespace=namespace,
+        spec=full,
+        hardware_name=hardware_name,
+        hardware=hardware,
+        custom_hardware=custom,
+        kv_cache_blocks=_kv_cache_blocks(full, hardware, hardware_name),
+    )
+
+
+def _check_rules(spec: dict[str, Any]) -> None:
+    """The CEL rules of the CRD, in Python."""
+    model = spec["model"]
+    if spec["engine"] == "scheduler" and not (
+        "profile" in model or ("parametersBillions" in model and "kvBytesPerToken" in model)
+    ):
+        raise InvalidSpec(crd.RULE_SCHEDULER_MODEL[1])
+    hw = spec["hardware"]
+    if "profile" not in hw and not all(k in hw for k in ("hbmGiB", "memoryBandwidthGBps", "peakTFLOPS")):
+        raise InvalidSpec(crd.RULE_HARDWARE[1])
+    responses = spec["responses"]
+    if "inline" in responses and "configMapRef" in responses:
+        raise InvalidSpec(crd.RULE_RESPONSES[1])
+    if "profile" in model and model["profile"] not in builtin_models():
+        known = ", ".join(sorted(builtin_models()))
+        raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")
+
+
+def _resolve_hardware(hw: dict[str, Any]) -> tuple[str, Hardware, bool]:
+    base: Hardware | None = None
+    if "profile" in hw:
+        base = builtin_hardware().get(hw["profile"])
+        if base is None:
+            known = ", ".join(sorted(builtin_hardware()))
+            raise InvalidSpec(f"unknown hardware profile '{hw['profile']}' (built-in: {known})")
+    explicit = {k: hw[k] for k in ("hbmGiB", "memoryBandwidthGBps", "peakTFLOPS") if k in hw}
+    if base is not None and not explicit:
+        return str(hw["profile"]), base, False
+    merged = Hardware(
+        hbm_gib=float(explicit.get("hbmGiB", base.hbm_gib if base else 0)),
+        memory_bandwidth_gbps=float(explicit.get("memoryBandwidthGBps", base.memory_bandwidth_gbps if base else 0)),
+        peak_tflops=float(explicit.get("peakTFLOPS", base.peak_tflops if base else 0)),
+    )
+    return CUSTOM_HARDWARE, merged, True
+
+
+def _kv_cache_blocks(spec: dict[str, Any], hw: Hardware, hardware_name: str) -> int | None:
+    """floor((HBM x utilisation - weights) / (KV bytes per token x block size)), as vLLM sizes its cache."""
+    model = spec["model"]
+    profile = builtin_models().get(model.get("profile", ""))
+    params = model.get("parametersBillions", profile.parameters_billions if profile else None)
+    bytes_per_param = model.get("bytesPerParameter", profile.bytes_per_parameter if profile else None) or 2.0
+    kv_bytes = model.get("kvBytesPerToken", profile.kv_bytes_per_token if profile else None)
+    if params is None or kv_bytes is None:
+        return None
+    sched = spec["scheduler"]
+    usable = hw.hbm_gib * GIB * float(sched["gpuMemoryUtilization"])
+    weights = float(params) * 1e9 * float(bytes_per_param)
+    blocks = math.floor((usable - weights) / (int(kv_bytes) * int(sched["blockSize"])))
+    if blocks < 1 and spec["engine"] == "scheduler":
+        raise InvalidSpec(
+            f"the weights ({weights / 1e9:.2f} GB) leave no room for a KV-cache block in "
+            f"{sched['gpuMemoryUtilization']:g} of {hw.hbm_gib:g} GiB ({hardware_name})"
+        )
+    return max(blocks, 0)

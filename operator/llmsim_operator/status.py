@@ -1,0 +1,128 @@
+"""Pure status computation: the LLMSimulator's status from its last reconcile and its Deployment.
+
+Two writers share these functions: the reconcile (everything) and the Deployment watch (only the
+replica counts and the Ready/Progressing conditions; Degraded and observedGeneration stay as the
+last reconcile left them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED)
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What one reconcile established (the fields the Deployment does not tell)."""
+
+    generation: int
+    selector: str
+    # False when the spec is invalid: the children (and the three fields below) stay as they were.
+    rendered: bool
+    endpoint: str | None
+    kv_cache_blocks: int | None
+    config_hash: str | None
+    # None: everything applied. Else Degraded=True with this reason and message.
+    problem: tuple[str, str] | None
+
+
+def _merge_condition(previous: list[dict[str, Any]], new: Condition, now: str) -> dict[str, Any]:
+    """Keep lastTransitionTime unless the status flips."""
+    status = "True" if new.status else "False"
+    old = next((p for p in previous if p.get("type") == new.type), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
+    out = {"type": new.type, "status": status, "reason": new.reason, "lastTransitionTime": since}
+    if new.message:
+        out["message"] = new.message
+    return out
+
+
+def _set_conditions(previous: list[dict[str, Any]], updates: list[Condition], now: str) -> list[dict[str, Any]]:
+    """Conditions in CONDITION_TYPES order; those not in ``updates`` kept as they were."""
+    by_type = {p.get("type"): p for p in previous}
+    for cond in updates:
+        by_type[cond.type] = _merge_condition(previous, cond, now)
+    return [by_type[t] for t in CONDITION_TYPES if t in by_type]
+
+
+def deployment_conditions(deployment: dict[str, Any] | None) -> tuple[Condition, Condition]:
+    """Ready and Progressing, read from the Deployment's spec and status."""
+    if deployment is None:
+        missing = "the Deployment does not exist (yet)"
+        return Condition(READY, False, "DeploymentMissing", missing), Condition(PROGRESSING, True, "Creating", missing)
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    desired = int(spec.get("replicas", 1))
+    ready = int(status.get("readyReplicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    available = int(status.get("availableReplicas") or 0)
+    total = int(status.get("replicas") or 0)
+    if desired == 0:
+        ready_cond = Condition(READY, True, "ScaledToZero", "no replicas requested")
+    elif ready >= desired:
+        ready_cond = Condition(READY, True, "ReplicasReady", f"{ready}/{desired} replicas ready")
+    else:
+        ready_cond = Condition(READY, False, "ReplicasNotReady", f"{ready}/{desired} replicas ready")
+    stalled = next(
+        (
+            d
+            for d in status.get("conditions") or []
+            if d.get("type") == "Progressing" and d.get("reason") == "ProgressDeadlineExceeded"
+        ),
+        None,
+    )
+    seen = int(status.get("observedGeneration") or 0) >= int((deployment.get("metadata") or {}).get("generation") or 0)
+    if stalled is not None:
+        progressing = Condition(PROGRESSING, False, "ProgressDeadlineExceeded", str(stalled.get("message", "")))
+    elif not seen or updated < desired or total > updated or available < desired:
+        progressing = Condition(
+            PROGRESSING, True, "RollingOut", f"{updated} updated, {available} available of {desired} replicas"
+        )
+    else:
+        progressing = Condition(PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
+    return ready_cond, progressing
+
+
+def with_deployment(previous: dict[str, Any], deployment: dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """``previous`` status with the Deployment-derived fields recomputed."""
+    spec = (deployment or {}).get("spec") or {}
+    status = (deployment or {}).get("status") or {}
+    desired = int(spec.get("replicas", 1)) if deployment is not None else 0
+    ready = int(status.get("readyReplicas") or 0)
+    out = dict(previous)
+    out["replicas"] = int(status.get("replicas") or 0)
+    out["readyReplicas"] = ready
+    out["ready"] = f"{ready}/{desired}"
+    out["conditions"] = _set_conditions(previous.get("conditions") or [], list(deployment_conditions(deployment)), now)
+    return out
+
+
+def reconciled_status(
+    previous: dict[str, Any], result: Reconciled, deployment: dict[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The whole status after a reconcile."""
+    out: dict[str, Any] = {"observedGeneration": result.generation, "selector": result.selector}
+    rendered = {"endpoint": result.endpoint, "kvCacheBlocks": result.kv_cache_blocks, "configHash": result.config_hash}
+    for key, value in rendered.items():
+        if not result.rendered and key in previous:
+            out[key] = previous[key]
+        elif result.rendered and value is not None:
+            out[key] = value
+    if result.problem is None:
+        degraded = Condition(DEGRADED, False, "Reconciled", "all children applied")
+    else:
+        degraded = Condition(DEGRADED, True, *result.problem)
+    out["conditions"] = _set_conditions(previous.get("conditions") or [], [degraded], now)
+    return with_deployment(out, deployment, now)

@@ -1,0 +1,186 @@
+"""Helpers of the integration tests: a real API server (envtest), the operator as a process, watches.
+
+Waiting is event-driven: every wait is a watch on the object, with a deadline only as a failure bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+
+from llmsim_operator.conventions import API_VERSION, KIND
+from llmsim_operator.manifests import install_manifests
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT = 90.0
+
+client: Any = kubernetes.client
+dynamic: Any = kubernetes.dynamic
+ApiException: Any = kubernetes.client.ApiException
+
+Predicate = Callable[[dict[str, Any] | None], bool]
+
+
+def wait_for(
+    dyn: Any,
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    predicate: Predicate,
+    what: str,
+    timeout: float = WAIT,
+) -> dict[str, Any] | None:
+    """Watch one object until ``predicate(object or None)`` holds; return it. Fails after ``timeout``."""
+    resource = dyn.resources.get(api_version=api_version, kind=kind)
+    listing = resource.get(namespace=namespace, field_selector=f"metadata.name={name}")
+    current = listing.items[0].to_dict() if listing.items else None
+    last = current
+    if predicate(current):
+        return current
+    for event in resource.watch(
+        namespace=namespace, name=name, resource_version=listing.metadata.resourceVersion, timeout=int(timeout)
+    ):
+        if event["type"] == "ERROR":
+            raise AssertionError(f"watch error while waiting for {what}: {event['raw_object']}")
+        current = None if event["type"] == "DELETED" else event["raw_object"]
+        last = current
+        if predicate(current):
+            return current
+    raise AssertionError(f"{kind} {namespace}/{name}: timed out after {timeout:.0f}s waiting for {what}; last: {last}")
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return {}
+
+
+def simulator_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def install_rbac(api: Any) -> None:
+    """Namespace, ServiceAccount, ClusterRole and binding exactly as `llmsim-operator manifests` prints them."""
+    dyn = dynamic.DynamicClient(api)
+    for obj in install_manifests():
+        if obj["kind"] in ("CustomResourceDefinition", "Deployment"):
+            continue
+        resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource.server_side_apply(body=obj, field_manager="llmsim-tests", force_conflicts=True)
+
+
+def service_account_kubeconfig(api: Any, server: str, ca_path: Path, path: Path) -> Path:
+    """A kubeconfig authenticating as the operator's ServiceAccount (TokenRequest API)."""
+    core = client.CoreV1Api(api)
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 7200}}
+    token = core.create_namespaced_service_account_token("llmsim-operator", "llmsim-system", request).status.token
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "envtest", "cluster": {"server": server, "certificate-authority": str(ca_path)}}],
+        "users": [{"name": "llmsim-operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "envtest", "user": "llmsim-operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    return path
+
+
+class OperatorProcess:
+    """``python -m llmsim_operator run`` as a child process, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.args = args
+        self.process: subprocess.Popen[bytes] | None = None
+        self.liveness = ""
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "operator"), str(ROOT / "simulator"), env.get("PYTHONPATH", "")]
+        )
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        argv = [
+            sys.executable,
+            "-m",
+            "llmsim_operator",
+            "run",
+            "--all-namespaces",
+            "--kubeconfig",
+            str(self.kubeconfig),
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([*argv, *self.args], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def parse_models_yml(config_map: dict[str, Any]) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(config_map["data"]["models.yml"])
+    return doc
+
+
+def wait_event(dyn: Any, namespace: str, involved_kind: str, involved_name: str, reason: str,
+               timeout: float = WAIT) -> dict[str, Any]:  # fmt: skip
+    """Watch the namespace's events until one with ``reason`` about the object appears."""
+    events = dyn.resources.get(api_version="v1", kind="Event")
+    selector = f"involvedObject.kind={involved_kind},involvedObject.name={involved_name}"
+    listing = events.get(namespace=namespace, field_selector=selector)
+    for item in listing.items:
+        if item.reason == reason:
+            found: dict[str, Any] = item.to_dict()
+            return found
+    for event in events.watch(
+        namespace=namespace,
+        field_selector=selector,
+        resource_version=listing.metadata.resourceVersion,
+        timeout=int(timeout),
+    ):
+        if event["raw_object"].get("reason") == reason:
+            return dict(event["raw_object"])
+    raise AssertionError(f"no {reason} event for {involved_kind} {namespace}/{involved_name} within {timeout:.0f}s")
+
+
+def merge_patch(dyn: Any, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any],
+                subresource: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """JSON merge patch through the dynamic client (dicts in, dicts out; no typed-model decoding)."""
+    resource = dyn.resources.get(api_version=api_version, kind=kind)
+    if subresource is not None:
+        resource = resource.subresources[subresource]
+    patched = resource.patch(body=body, name=name, namespace=namespace, content_type="application/merge-patch+json")
+    out: dict[str, Any] = patched.to_dict()
+    return out
+
+
+def delete(dyn: Any, api_version: str, kind: str, namespace: str, name: str) -> None:
+    dyn.resources.get(api_version=api_version, kind=kind).delete(name=name, namespace=namespace)

@@ -1,0 +1,157 @@
+"""The CRD: one source of truth, a valid CustomResourceDefinition, a structural schema, examples that pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate
+import pytest
+import yaml
+
+from llmsim.llm.loader import parse_responses
+from llmsim_operator import crd
+from llmsim_operator.crd import custom_resource_definition
+from llmsim_operator.defaulting import apply_defaults
+from llmsim_operator.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+CRD_COPIES = [
+    ROOT / "crds" / "llmsim.io_llmsimulators.yaml",
+    ROOT / "charts" / "llmsim-operator" / "crds" / "llmsim.io_llmsimulators.yaml",
+]
+
+
+def version() -> dict[str, Any]:
+    (v,) = custom_resource_definition()["spec"]["versions"]
+    assert isinstance(v, dict)
+    return v
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from schema_nodes(sub, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from schema_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from schema_nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def validator() -> jsonschema.Draft4Validator:
+    # apiextensions' dialect is OpenAPI v3 / draft 4 (boolean exclusiveMinimum); x-kubernetes-* are ignored.
+    return jsonschema.Draft4Validator(version()["schema"]["openAPIV3Schema"])
+
+
+@pytest.mark.parametrize("path", CRD_COPIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_yaml_copies_equal_the_python_source(path: Path) -> None:
+    assert path.exists(), f"{path} missing: llmsim-operator crd > {path}"
+    assert yaml.safe_load(path.read_text()) == custom_resource_definition(), (
+        f"regenerate {path} with llmsim-operator crd"
+    )
+
+
+def test_is_a_valid_custom_resource_definition() -> None:
+    kubernetes_validate.validate(custom_resource_definition(), "1.28.0", strict=True)
+
+
+def test_names_and_subresources() -> None:
+    spec = custom_resource_definition()["spec"]
+    assert spec["group"] == "llmsim.io"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "LLMSimulator"
+    assert spec["names"]["shortNames"] == ["llmsim"]
+    v = version()
+    assert v["name"] == "v1alpha1"
+    assert v["subresources"]["status"] == {}
+    assert v["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    columns = [(c["name"], c["jsonPath"]) for c in v["additionalPrinterColumns"]]
+    assert columns == [
+        ("Model", ".spec.model.name"),
+        ("Hardware", ".spec.hardware.profile"),
+        ("Engine", ".spec.engine"),
+        ("Ready", ".status.ready"),
+        ("Age", ".metadata.creationTimestamp"),
+    ]
+
+
+def test_schema_is_structural_and_documented() -> None:
+    root = version()["schema"]["openAPIV3Schema"]
+    for path, node in schema_nodes(root):
+        if node.get("x-kubernetes-int-or-string"):
+            continue
+        assert "type" in node, f"{path or '<root>'} has no type"
+        if path.startswith((".spec", ".status")) and path.count("{") == 0:
+            assert node.get("description"), f"{path} has no description (kubectl explain)"
+
+
+def test_defaults_validate_against_their_own_schema() -> None:
+    for path, node in schema_nodes(version()["schema"]["openAPIV3Schema"]):
+        if "default" in node:
+            errors = list(jsonschema.Draft4Validator(node).iter_errors(node["default"]))
+            assert not errors, f"{path}: default {node['default']!r}: {errors[0].message}"
+
+
+def test_every_cel_rule_has_a_python_twin() -> None:
+    # spec.py quotes each rule's message; a new rule without a Python check fails here.
+    import inspect
+
+    from llmsim_operator import spec as spec_module
+
+    source = inspect.getsource(spec_module)
+    rules = [name for name in dir(crd) if name.startswith("RULE_")]
+    assert len(rules) == 4
+    for name in rules:
+        assert f"crd.{name}[1]" in source, f"{name} is not re-checked in spec.py"
+    cel = [
+        r["rule"]
+        for _, node in schema_nodes(version()["schema"]["openAPIV3Schema"])
+        for r in node.get("x-kubernetes-validations", [])
+    ]
+    assert sorted(cel) == sorted(getattr(crd, name)[0] for name in rules)
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if "hpa" not in p.name], ids=lambda p: p.name)
+def test_examples_pass_schema_and_operator_checks(path: Path) -> None:
+    obj = yaml.safe_load(path.read_text())
+    validator().validate(obj)
+    defaulted = apply_defaults(version()["schema"]["openAPIV3Schema"], obj)
+    validator().validate(defaulted)
+    sim = parse_spec(obj["metadata"]["name"], "default", obj["spec"])
+    inline = sim.section("responses").get("inline")
+    if inline is not None:
+        parse_responses(inline, f"{path.name}: spec.responses.inline")
+
+
+def test_hpa_example_targets_the_scale_subresource() -> None:
+    hpa = yaml.safe_load((ROOT / "deploy" / "examples" / "hpa.yaml").read_text())
+    kubernetes_validate.validate(hpa, "1.28.0", strict=True)
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "LLMSimulator"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"model": {"profile": "llama-3.1-8b"}},
+        {"model": {"name": ""}},
+        {"model": {"name": "m"}, "engine": "gpu"},
+        {"model": {"name": "m"}, "replicas": -1},
+        {"model": {"name": "m"}, "scheduler": {"gpuMemoryUtilization": 1.5}},
+        {"model": {"name": "m"}, "scheduler": {"watermark": 1}},
+        {"model": {"name": "m", "parametersBillions": 0}},
+        {"model": {"name": "m"}, "service": {"port": 70000}},
+        {"model": {"name": "m"}, "monitoring": {"serviceMonitor": {"interval": "soon"}}},
+        {"model": {"name": "m"}, "resources": {"limits": {"memory": "lots"}}},
+    ],
+)
+def test_schema_rejects(spec: dict[str, Any]) -> None:
+    obj = {"apiVersion": "llmsim.io/v1alpha1", "kind": "LLMSimulator", "metadata": {"name": "x"}, "spec": spec}
+    assert not validator().is_valid(obj)

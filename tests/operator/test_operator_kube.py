@@ -1,0 +1,507 @@
+"""The operator against a real kube-apiserver + controller-manager (envtest), as its ServiceAccount.
+
+The operator runs as a process (``python -m llmsim_operator run``) authenticated with a token of
+the ServiceAccount that ``llmsim-operator manifests`` binds to its ClusterRole, so every scenario
+also proves the RBAC is sufficient. There are no kubelets: pods stay Pending, and the status test
+marks them Ready through the pods' status subresource, as a kubelet would.
+
+    export KUBEBUILDER_ASSETS="$(hack/envtest-assets.sh)"
+    pytest -m kube tests/operator
+
+Without assets these tests FAIL (CI must not skip silently), unless ``LLMSIM_SKIP_KUBE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from llmsim_operator.conventions import ANNOTATION_CONFIG_HASH, API_VERSION, KIND
+from llmsim_operator.crd import custom_resource_definition
+from tests.kube.envtest import EnvTest, EnvTestError, find_assets, free_port
+from tests.operator.cluster import (
+    ApiException,
+    OperatorProcess,
+    client,
+    condition,
+    delete,
+    dynamic,
+    install_rbac,
+    merge_patch,
+    parse_models_yml,
+    service_account_kubeconfig,
+    simulator_body,
+    wait_event,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kube
+
+SIM_IMAGE = "llmsim:envtest"
+DRIFT_INTERVAL = "3"
+
+
+@pytest.fixture(scope="module")
+def envtest() -> Iterator[EnvTest]:
+    if os.environ.get("LLMSIM_SKIP_KUBE") == "1":
+        pytest.skip("LLMSIM_SKIP_KUBE=1")
+    try:
+        find_assets()
+    except EnvTestError as exc:
+        pytest.fail(f"{exc} (or set LLMSIM_SKIP_KUBE=1 to skip the kube tests)", pytrace=False)
+    with EnvTest() as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def api(envtest: EnvTest) -> Iterator[Any]:
+    api_client = client.ApiClient(_admin_configuration(envtest))
+    yield api_client
+    api_client.close()
+
+
+def _admin_configuration(envtest: EnvTest) -> Any:
+    cfg = client.Configuration()
+    cfg.host = envtest.server_url
+    cfg.ssl_ca_cert = str(envtest.ca_path)
+    cfg.api_key = {"authorization": f"Bearer {envtest.token}"}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def dyn(api: Any) -> Any:
+    """A dynamic client made after the CRD is established (its discovery sees llmsim.io)."""
+    ext = client.ApiextensionsV1Api(api)
+    crd = custom_resource_definition()
+    ext.create_custom_resource_definition(crd)
+    base = dynamic.DynamicClient(api)
+    wait_for(
+        base,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "",
+        crd["metadata"]["name"],
+        lambda o: condition(o, "Established").get("status") == "True",
+        "the CRD to be established",
+    )
+    return dynamic.DynamicClient(api)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    envtest: EnvTest, api: Any, dyn: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    install_rbac(api)
+    tmp = tmp_path_factory.mktemp("operator")
+    kubeconfig = service_account_kubeconfig(api, envtest.server_url, envtest.ca_path, tmp / "kubeconfig")
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    process = OperatorProcess(
+        kubeconfig,
+        tmp / "operator.log",
+        "--simulator-image",
+        SIM_IMAGE,
+        "--drift-interval",
+        DRIFT_INTERVAL,
+        "--liveness",
+        liveness,
+    )
+    process.liveness = liveness
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def namespace(api: Any, operator: OperatorProcess) -> Iterator[str]:
+    core = client.CoreV1Api(api)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def sims(dyn: Any) -> Any:
+    return dyn.resources.get(api_version=API_VERSION, kind=KIND)
+
+
+def create(dyn: Any, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(dyn.client)
+    created: dict[str, Any] = custom.create_namespaced_custom_object(
+        "llmsim.io", "v1alpha1", namespace, "llmsimulators", simulator_body(name, spec)
+    )
+    return created
+
+
+def patch_spec(dyn: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    sims(dyn).patch(body={"spec": spec}, name=name, namespace=namespace, content_type="application/merge-patch+json")
+
+
+def wait_children(dyn: Any, namespace: str, name: str, uid: str) -> dict[str, dict[str, Any]]:
+    owned = {}
+    for api_version, kind, child in (
+        ("v1", "ConfigMap", f"{name}-config"),
+        ("apps/v1", "Deployment", name),
+        ("v1", "Service", name),
+    ):
+        obj = wait_for(
+            dyn,
+            api_version,
+            kind,
+            namespace,
+            child,
+            lambda o: o is not None and any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", [])),
+            "the operator to create it, owned by the LLMSimulator",
+        )
+        assert obj is not None
+        owned[kind] = obj
+    return owned
+
+
+def status_with(dyn: Any, namespace: str, name: str, what: str, predicate: Any) -> dict[str, Any]:
+    obj = wait_for(dyn, API_VERSION, KIND, namespace, name, lambda o: o is not None and predicate(o), what)
+    assert obj is not None
+    return obj
+
+
+MINIMAL = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "profile": "llama-3.1-8b"}}
+
+
+def test_apply_creates_owned_children_with_the_rendered_content(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "llama", MINIMAL)
+    uid = sim["metadata"]["uid"]
+    # The API server applied the CRD's structural defaults.
+    assert sim["spec"]["replicas"] == 1
+    assert sim["spec"]["scheduler"] == {"blockSize": 16, "gpuMemoryUtilization": 0.9, "watermark": 0}
+    children = wait_children(dyn, namespace, "llama", uid)
+
+    for obj in children.values():
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["controller"], ref["blockOwnerDeletion"]) == (KIND, "llama", True, True)
+        managers = {m["manager"] for m in obj["metadata"]["managedFields"] if m["operation"] == "Apply"}
+        assert managers == {"llmsim-operator"}
+
+    models = parse_models_yml(children["ConfigMap"])
+    assert models["models"][0]["name"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert models["models"][0]["hardware"] == "h100-80gb"
+    template = children["Deployment"]["spec"]["template"]
+    assert template["spec"]["containers"][0]["image"] == SIM_IMAGE
+    assert children["Service"]["spec"]["ports"][0]["name"] == "http"
+
+    done = status_with(
+        dyn,
+        namespace,
+        "llama",
+        "status.observedGeneration",
+        lambda o: o.get("status", {}).get("observedGeneration") == 1,
+    )
+    status = done["status"]
+    assert status["kvCacheBlocks"] == int((80 * 2**30 * 0.9 - 8.03e9 * 2) // (131072 * 16))
+    assert status["endpoint"] == f"http://llama.{namespace}.svc:8000"
+    assert status["configHash"] == template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+    assert condition(done, "Degraded")["status"] == "False"
+    event = wait_event(dyn, namespace, KIND, "llama", "Reconciled")
+    assert event["type"] == "Normal"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"model": {"name": "m"}, "engine": "gpu"},
+        {"model": {"name": "m"}, "replicas": -1},
+        {"engine": "fixed"},
+        {"model": {"name": "m"}, "scheduler": {"gpuMemoryUtilization": 2}},
+    ],
+    ids=["engine-enum", "negative-replicas", "model-required", "utilization-above-1"],
+)
+def test_invalid_cr_is_rejected_by_the_schema(dyn: Any, namespace: str, spec: dict[str, Any]) -> None:
+    with pytest.raises(ApiException) as info:
+        create(dyn, namespace, "bad", spec)
+    assert info.value.status == 422
+
+
+def test_a_rule_only_cel_enforces_is_reported_in_status(dyn: Any, api: Any, namespace: str) -> None:
+    # The scheduler engine without a model size: only a CEL rule forbids it, and 1.20 ignores CEL.
+    if int(client.VersionApi(api).get_code().minor.rstrip("+")) >= 25:
+        pytest.skip("this API server enforces CEL itself")
+    create(dyn, namespace, "nosize", {"model": {"name": "m"}})
+    obj = status_with(
+        dyn, namespace, "nosize", "Degraded=True", lambda o: condition(o, "Degraded").get("status") == "True"
+    )
+    degraded = condition(obj, "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert "model.profile" in degraded["message"]
+    assert wait_event(dyn, namespace, KIND, "nosize", "InvalidSpec")["type"] == "Warning"
+    assert dyn.resources.get(api_version="apps/v1", kind="Deployment").get(namespace=namespace).items == []
+    # Fixing the spec recovers.
+    patch_spec(dyn, namespace, "nosize", {"model": {"profile": "qwen2.5-0.5b"}})
+    status_with(dyn, namespace, "nosize", "Degraded=False", lambda o: condition(o, "Degraded").get("status") == "False")
+
+
+def test_spec_change_changes_the_config_hash_and_the_pod_template(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "roll", MINIMAL)
+    children = wait_children(dyn, namespace, "roll", sim["metadata"]["uid"])
+    old_hash = children["Deployment"]["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+    patch_spec(dyn, namespace, "roll", {"scheduler": {"maxNumSequences": 8}})
+
+    def rolled(o: dict[str, Any] | None) -> bool:
+        return o is not None and o["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] != old_hash
+
+    dep = wait_for(dyn, "apps/v1", "Deployment", namespace, "roll", rolled, "a new config hash in the pod template")
+    assert dep is not None
+    cm = wait_for(
+        dyn,
+        "v1",
+        "ConfigMap",
+        namespace,
+        "roll-config",
+        lambda o: o is not None and "max_num_sequences: 8" in o["data"]["models.yml"],
+        "the new models.yml",
+    )
+    assert cm is not None
+    new_hash = dep["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_HASH]
+    status_with(
+        dyn,
+        namespace,
+        "roll",
+        "observedGeneration 2",
+        lambda o: o.get("status", {}).get("observedGeneration") == 2 and o["status"]["configHash"] == new_hash,
+    )
+
+
+def test_scale_subresource_drives_the_deployment(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "scaled", MINIMAL)
+    wait_children(dyn, namespace, "scaled", sim["metadata"]["uid"])
+    custom = client.CustomObjectsApi(dyn.client)
+    # What `kubectl scale llmsim/scaled --replicas=3` and an HPA do.
+    custom.patch_namespaced_custom_object_scale(
+        "llmsim.io", "v1alpha1", namespace, "llmsimulators", "scaled", {"spec": {"replicas": 3}}
+    )
+    wait_for(
+        dyn,
+        "apps/v1",
+        "Deployment",
+        namespace,
+        "scaled",
+        lambda o: o is not None and o["spec"]["replicas"] == 3,
+        "replicas 3",
+    )
+    scale = custom.get_namespaced_custom_object_scale("llmsim.io", "v1alpha1", namespace, "llmsimulators", "scaled")
+    assert scale["spec"]["replicas"] == 3
+    assert scale["status"]["selector"] == "app.kubernetes.io/name=llmsim,app.kubernetes.io/instance=scaled"
+
+
+def test_status_reflects_the_deployment(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "ready", MINIMAL | {"replicas": 2})
+    wait_children(dyn, namespace, "ready", sim["metadata"]["uid"])
+    selector = "app.kubernetes.io/instance=ready"
+    pods = wait_for_pods(dyn, namespace, selector, 2)
+    status_with(dyn, namespace, "ready", "0/2 ready", lambda o: o.get("status", {}).get("ready") == "0/2")
+    # Play kubelet: mark the pods Running and Ready; ReplicaSet -> Deployment -> LLMSimulator status.
+    for pod in pods:
+        ready = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        merge_patch(dyn, "v1", "Pod", namespace, pod, ready, subresource="status")
+    obj = status_with(dyn, namespace, "ready", "Ready=True", lambda o: condition(o, "Ready").get("status") == "True")
+    assert obj["status"]["readyReplicas"] == 2
+    assert obj["status"]["ready"] == "2/2"
+    assert condition(obj, "Ready")["reason"] == "ReplicasReady"
+
+
+def wait_for_pods(dyn: Any, namespace: str, selector: str, count: int) -> list[str]:
+    pods = dyn.resources.get(api_version="v1", kind="Pod")
+    names: set[str] = {p.metadata.name for p in pods.get(namespace=namespace, label_selector=selector).items}
+    if len(names) < count:
+        for event in pods.watch(namespace=namespace, label_selector=selector, timeout=90):
+            if event["type"] == "ADDED":
+                names.add(event["raw_object"]["metadata"]["name"])
+            if len(names) >= count:
+                break
+    assert len(names) >= count, f"only {len(names)} pods appeared"
+    return sorted(names)
+
+
+def test_delete_garbage_collects_the_children(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "gone", MINIMAL)
+    wait_children(dyn, namespace, "gone", sim["metadata"]["uid"])
+    sims(dyn).delete(name="gone", namespace=namespace)
+    for api_version, kind, child in (
+        ("v1", "ConfigMap", "gone-config"),
+        ("apps/v1", "Deployment", "gone"),
+        ("v1", "Service", "gone"),
+    ):
+        wait_for(dyn, api_version, kind, namespace, child, lambda o: o is None, "garbage collection")
+
+
+def test_deleted_or_edited_children_come_back(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "drift", MINIMAL)
+    children = wait_children(dyn, namespace, "drift", sim["metadata"]["uid"])
+    # Deleting the Deployment: the watch sees it and the operator recreates it at once.
+    delete(dyn, "apps/v1", "Deployment", namespace, "drift")
+    old_uid = children["Deployment"]["metadata"]["uid"]
+    wait_for(
+        dyn,
+        "apps/v1",
+        "Deployment",
+        namespace,
+        "drift",
+        lambda o: o is not None and o["metadata"]["uid"] != old_uid,
+        "a new Deployment",
+    )
+    # Editing the ConfigMap by hand: the drift check restores it.
+    merge_patch(dyn, "v1", "ConfigMap", namespace, "drift-config", {"data": {"models.yml": "tampered"}})
+    wait_for(
+        dyn,
+        "v1",
+        "ConfigMap",
+        namespace,
+        "drift-config",
+        lambda o: o is not None and o["data"]["models.yml"] != "tampered",
+        "the drift check",
+    )
+
+
+def test_operator_restarted_mid_way_converges(dyn: Any, namespace: str, operator: OperatorProcess) -> None:
+    sim = create(dyn, namespace, "restart", MINIMAL)
+    wait_children(dyn, namespace, "restart", sim["metadata"]["uid"])
+    status_with(
+        dyn, namespace, "restart", "observedGeneration 1", lambda o: o.get("status", {}).get("observedGeneration") == 1
+    )
+    operator.stop()
+    try:
+        patch_spec(dyn, namespace, "restart", {"replicas": 4, "scheduler": {"blockSize": 32}})
+        delete(dyn, "v1", "Service", namespace, "restart")
+        late = create(dyn, namespace, "late", MINIMAL)  # created while the operator is down
+    finally:
+        operator.start()
+    wait_for(
+        dyn,
+        "apps/v1",
+        "Deployment",
+        namespace,
+        "restart",
+        lambda o: o is not None and o["spec"]["replicas"] == 4,
+        "replicas 4",
+    )
+    wait_for(dyn, "v1", "Service", namespace, "restart", lambda o: o is not None, "the Service to be recreated")
+    cm = wait_for(
+        dyn,
+        "v1",
+        "ConfigMap",
+        namespace,
+        "restart-config",
+        lambda o: o is not None and "block_size: 32" in o["data"]["models.yml"],
+        "block_size 32",
+    )
+    assert cm is not None
+    status_with(
+        dyn, namespace, "restart", "observedGeneration 2", lambda o: o.get("status", {}).get("observedGeneration") == 2
+    )
+    wait_children(dyn, namespace, "late", late["metadata"]["uid"])
+
+
+def test_external_autoscaler_keeps_the_replicas(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "hpa", MINIMAL | {"replicas": 2})
+    wait_children(dyn, namespace, "hpa", sim["metadata"]["uid"])
+    wait_for(
+        dyn,
+        "apps/v1",
+        "Deployment",
+        namespace,
+        "hpa",
+        lambda o: o is not None and o["spec"]["replicas"] == 2,
+        "replicas 2",
+    )
+    patch_spec(dyn, namespace, "hpa", {"autoscaling": {"external": True}, "replicas": 9})
+    status_with(
+        dyn, namespace, "hpa", "observedGeneration 2", lambda o: o.get("status", {}).get("observedGeneration") == 2
+    )
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    assert deployments.get(name="hpa", namespace=namespace).spec.replicas == 2  # neither reset to 1 nor set to 9
+    # The autoscaler scales the Deployment; the drift check must leave it.
+    merge_patch(dyn, "apps/v1", "Deployment", namespace, "hpa", {"spec": {"replicas": 5}}, subresource="scale")
+    tampered = merge_patch(dyn, "v1", "ConfigMap", namespace, "hpa-config", {"data": {"models.yml": "x"}})
+    wait_for(
+        dyn,
+        "v1",
+        "ConfigMap",
+        namespace,
+        "hpa-config",
+        lambda o: (
+            o is not None
+            and o["metadata"]["resourceVersion"] != tampered["metadata"]["resourceVersion"]
+            and o["data"]["models.yml"] != "x"
+        ),
+        "a drift check",
+    )
+    assert deployments.get(name="hpa", namespace=namespace).spec.replicas == 5
+
+
+def test_service_monitor_follows_the_spec_when_the_api_exists(api: Any, dyn: Any, namespace: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    sm_crd = yaml.safe_load(SERVICE_MONITOR_CRD)
+    try:
+        ext.create_custom_resource_definition(sm_crd)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    fresh = dynamic.DynamicClient(api)
+    wait_for(fresh, "apiextensions.k8s.io/v1", "CustomResourceDefinition", "", sm_crd["metadata"]["name"],
+             lambda o: condition(o, "Established").get("status") == "True", "the ServiceMonitor CRD")  # fmt: skip
+    spec = MINIMAL | {"monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    sim = create(fresh, namespace, "monitored", spec)
+    sm = wait_for(
+        fresh,
+        "monitoring.coreos.com/v1",
+        "ServiceMonitor",
+        namespace,
+        "monitored",
+        lambda o: o is not None,
+        "the ServiceMonitor",
+    )
+    assert sm is not None
+    assert sm["metadata"]["ownerReferences"][0]["uid"] == sim["metadata"]["uid"]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    patch_spec(fresh, namespace, "monitored", {"monitoring": {"serviceMonitor": {"enabled": False}}})
+    wait_for(
+        fresh, "monitoring.coreos.com/v1", "ServiceMonitor", namespace, "monitored", lambda o: o is None, "its deletion"
+    )
+
+
+SERVICE_MONITOR_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: servicemonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+def test_liveness_endpoint_answers(operator: OperatorProcess) -> None:
+    # By now the operator has served every scenario above, so its probe server is up.
+    with urllib.request.urlopen(operator.liveness, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_operator_log_has_no_permission_errors(operator: OperatorProcess) -> None:
+    # Every scenario above ran as the ServiceAccount; a missing verb shows up as "forbidden".
+    # (Events into a namespace being deleted are refused too: that is not RBAC.)
+    log = Path(operator.log_path).read_text(errors="replace").splitlines()
+    denied = [line for line in log if "forbidden" in line.lower() and "being terminated" not in line]
+    assert denied == []

@@ -1,0 +1,78 @@
+"""kopf settings, CLI options and the package's public surface."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+import pytest
+
+import llmsim_operator
+from llmsim_operator.cli import _parser, options_from_args
+from llmsim_operator.handlers import backoff, register
+from llmsim_operator.settings import OperatorOptions, configure
+
+
+def test_configure_uses_own_prefix_timeouts_and_standalone() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings, OperatorOptions(), instance="pod-1")
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.persistence.progress_storage.prefix == "llmsim.io"
+    assert isinstance(settings.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert settings.persistence.diffbase_storage.prefix == "llmsim.io"
+    assert settings.persistence.finalizer == "llmsim.io/finalizer"
+    assert settings.watching.server_timeout == 300
+    assert settings.watching.client_timeout is not None
+    assert settings.watching.client_timeout > settings.watching.server_timeout
+    assert settings.peering.standalone is True
+    assert settings.posting.level == logging.WARNING
+    assert settings.posting.reporting_component == "llmsim-operator"
+    assert settings.posting.reporting_instance == "pod-1"
+
+
+def test_peering_is_opt_in() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings, OperatorOptions(peering="llmsim"))
+    assert (settings.peering.standalone, settings.peering.mandatory, settings.peering.name) == (False, True, "llmsim")
+
+
+def test_run_arguments() -> None:
+    args = _parser().parse_args(["run", "-n", "a", "-n", "b", "--liveness", "http://0.0.0.0:8080/healthz"])
+    options = options_from_args(args)
+    assert options.namespaces == ("a", "b")
+    assert options.all_namespaces is False
+    assert options.liveness == "http://0.0.0.0:8080/healthz"
+    assert options.peering is None
+    assert options_from_args(_parser().parse_args(["run"])).all_namespaces is True
+
+
+def test_namespace_and_all_namespaces_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "-n", "a", "--all-namespaces"])
+
+
+def test_backoff_doubles_up_to_five_minutes() -> None:
+    assert [backoff(r) for r in range(8)] == [5, 10, 20, 40, 80, 160, 300, 300]
+
+
+def test_register_adds_every_handler() -> None:
+    registry = kopf.OperatorRegistry()
+    register(registry, OperatorOptions(drift_interval=15))
+    changing = registry._changing.get_all_handlers()
+    assert {h.id for h in changing} == {"reconcile"}
+    (timer,) = registry._spawning.get_all_handlers()
+    assert timer.id == "drift-check"
+    assert getattr(timer, "interval", None) == 15
+    (watcher,) = registry._watching.get_all_handlers()
+    assert watcher.id == "deployment-status"
+
+
+def test_exports() -> None:
+    for name in llmsim_operator.__all__:
+        assert hasattr(llmsim_operator, name), name
+    public = {
+        n
+        for n in vars(llmsim_operator)
+        if not n.startswith("_") and not isinstance(getattr(llmsim_operator, n), type(llmsim_operator))
+    }
+    assert public <= set(llmsim_operator.__all__)

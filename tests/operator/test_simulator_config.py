@@ -1,0 +1,76 @@
+"""The rendered models.yml is what llmsim's own loader accepts, with the numbers the spec gave."""
+
+from __future__ import annotations
+
+import math
+
+import yaml
+
+from llmsim.config.loader import parse_models_config
+from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
+from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
+from llmsim_operator.spec import parse_spec
+from tests.operator.builders import NAMESPACE, full_spec, minimal_spec
+
+
+def test_minimal_spec_loads_in_llmsim_with_the_profile_merged() -> None:
+    sim = parse_spec("llama", NAMESPACE, minimal_spec())
+    config = parse_models_config(models_yaml(sim), "models.yml")
+    model = config.model("meta-llama/Llama-3.1-8B-Instruct")
+    assert model.engine == "scheduler"
+    assert model.hardware == "h100-80gb"
+    assert model.weights is not None
+    assert model.weights.parameters_billions == 8.03
+    assert model.kv_cache is not None
+    assert (model.kv_cache.bytes_per_token, model.kv_cache.block_size) == (131072, 16)
+    assert model.kv_cache.gpu_memory_utilization == 0.9
+    # The operator's capacity and the simulator's inputs agree (same formula, numbers from llmsim's parse).
+    hw = config.hardware["h100-80gb"]
+    usable = hw.hbm_gib * 2**30 * model.kv_cache.gpu_memory_utilization
+    blocks = math.floor((usable - model.weights.bytes) / (model.kv_cache.bytes_per_token * model.kv_cache.block_size))
+    assert sim.kv_cache_blocks == blocks
+
+
+def test_full_spec_loads_in_llmsim_with_every_field() -> None:
+    sim = parse_spec("custom", NAMESPACE, full_spec())
+    config = parse_models_config(models_yaml(sim), "models.yml")
+    model = config.model("custom-13b")
+    assert model.hardware == "custom"
+    assert config.hardware["custom"].hbm_gib == 48
+    assert config.hardware["custom"].peak_tflops == 362
+    assert model.context_length == 8192
+    assert model.weights is not None
+    assert model.weights.bytes_per_parameter == 1
+    assert model.kv_cache is not None
+    assert model.kv_cache.block_size == 32
+    assert model.kv_cache.gpu_memory_utilization == 0.85
+    assert model.scheduler is not None
+    assert (model.scheduler.max_batch_tokens, model.scheduler.max_num_sequences) == (4096, 64)
+    assert model.latency is not None
+    assert model.latency.step_overhead_ms == 1.5
+    assert (model.efficiency.compute, model.efficiency.memory) == (0.6, 0.8)
+    assert model.legacy_metrics
+
+
+def test_fixed_engine_without_sizes_has_no_kv_cache_section() -> None:
+    spec = {"model": {"name": "f"}, "engine": "fixed", "latency": {"ttftOverheadMs": 20, "itlMs": 15}}
+    sim = parse_spec("fixed", NAMESPACE, spec)
+    doc = yaml.safe_load(models_yaml(sim))
+    assert "kv_cache" not in doc["models"][0]
+    model = parse_models_config(models_yaml(sim), "models.yml").model("f")
+    assert model.latency is not None
+    assert model.latency.itl_ms == 15
+
+
+def test_responses_are_a_second_key_only_when_given() -> None:
+    sim = parse_spec("llama", NAMESPACE, minimal_spec())
+    assert set(config_data(sim, None)) == {MODELS_KEY}
+    assert config_data(sim, "responses: []\n")[RESPONSES_KEY] == "responses: []\n"
+
+
+def test_hash_changes_with_any_byte_and_not_with_key_order() -> None:
+    a = {"models.yml": "x: 1\n", "responses.yml": "r\n"}
+    b = {"responses.yml": "r\n", "models.yml": "x: 1\n"}
+    assert config_hash(a) == config_hash(b)
+    assert config_hash(a) != config_hash({**a, "responses.yml": "r \n"})
+    assert len(config_hash(a)) == 16
