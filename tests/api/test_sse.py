@@ -74,3 +74,12 @@ def test_role_usage_error_and_done_chunks() -> None:
 def test_awkward_token_texts_stay_one_event(text: str) -> None:
     chunk = ChunkTemplates("x", 1, "m", chat=True).token(0, text)
     assert parse(chunk)["choices"][0]["delta"]["content"] == text
+
+
+def test_percent_signs_in_id_and_model_stay_literal() -> None:
+    # The templates are %-formatted per token: a '%' in the request id or model name must not be a directive.
+    t = ChunkTemplates("cmpl-%d%s", 9, "m%%o%sdel", chat=False)
+    got = parse(t.token(2, "50%", FinishReason.STOP, (3, 1)))
+    assert (got["id"], got["model"]) == ("cmpl-%d%s", "m%%o%sdel")
+    assert got["choices"][0]["text"] == "50%"
+    assert parse(ChunkTemplates("c%s", 1, "%d", chat=True).role(0))["id"] == "c%s"

@@ -1,16 +1,17 @@
-"""The ASGI app: routes, OpenAI-shaped error handlers, and the arrival stamp."""
+"""The ASGI app: routes, OpenAI-shaped error handlers, the arrival stamp, and the fast path of the hot routes."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from llmsim import __version__
 from llmsim.api import routes
@@ -18,23 +19,49 @@ from llmsim.api.errors import APIError, api_error_handler
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class ArrivalStamp:
-    """Outermost middleware: stamps each request's arrival on the engine clock, as early as we can.
+class LlmsimApp(FastAPI):
+    """FastAPI, with the arrival stamp and the two completion routes in front of its middleware.
 
-    Token deadlines are computed from this stamp, so request handling before the engine (shorter
-    than TTFT) is absorbed instead of being added to the simulated latency.
+    The arrival stamp is taken first thing, before any middleware: token deadlines are computed
+    from it, so request handling before the engine (shorter than TTFT) is absorbed instead of
+    being added to the simulated latency.
+
+    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and the middleware
+    stack (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's own
+    ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
+    Every other request, and these paths with other methods (405), go through FastAPI.
     """
 
-    def __init__(self, app: ASGIApp, now: Callable[[], float]) -> None:
-        self.app = app
-        self.now = now
+    def __init__(self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._now = now
+        self._hot = dict(hot)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope["llmsim.arrival"] = self.now()
-        await self.app(scope, receive, send)
+            scope["llmsim.arrival"] = self._now()
+            if scope["method"] == "POST" and not scope.get("root_path"):
+                endpoint = self._hot.get(scope["path"])
+                if endpoint is not None:
+                    await self._serve(endpoint, scope, receive, send)
+                    return
+        await super().__call__(scope, receive, send)
+
+    async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self
+        request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except APIError as exc:
+            response = await api_error_handler(request, exc)
+        except Exception:
+            # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
+            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            raise
+        await response(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -43,7 +70,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return err.response()
 
 
-def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: Hook | None = None) -> FastAPI:
+def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: Hook | None = None) -> LlmsimApp:
     """Build the app. ``on_startup``/``on_shutdown`` start and stop the engines (runtime.py)."""
 
     @asynccontextmanager
@@ -56,18 +83,27 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
             if on_shutdown is not None:
                 await on_shutdown()
 
-    app = FastAPI(title="llmsim", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    hot = {"/v1/chat/completions": routes.chat_completions, "/v1/completions": routes.completions}
+    app = LlmsimApp(
+        now=state.clock.now,
+        hot=hot,
+        title="llmsim",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_route("/v1/chat/completions", routes.chat_completions, methods=["POST"])
-    app.add_route("/v1/completions", routes.completions, methods=["POST"])
+    # Also routed here: the same endpoints when the fast path does not apply (another method: 405).
+    for path, endpoint in hot.items():
+        app.add_route(path, endpoint, methods=["POST"])
     app.add_route("/v1/models", routes.list_models, methods=["GET"])
     app.add_route("/health", routes.health, methods=["GET"])
     app.add_route("/ping", routes.health, methods=["GET", "POST"])
     app.add_route("/version", _version, methods=["GET"])
     app.add_route("/load", _load_route(state), methods=["GET"])
-    app.add_middleware(ArrivalStamp, now=state.clock.now)
     return app
 
 

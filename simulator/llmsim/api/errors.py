@@ -34,6 +34,10 @@ def model_not_found(model: str) -> APIError:
     return APIError(404, f"The model `{model}` does not exist.", param="model")
 
 
+def overloaded() -> APIError:
+    return APIError(503, "The server is overloaded: too many requests are waiting. Retry later.")
+
+
 def _loc(loc: Sequence[int | str]) -> str:
     out = ""
     for part in loc:

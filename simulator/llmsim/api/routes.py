@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from llmsim.api.errors import APIError, from_validation_error, model_not_found
+from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
+from llmsim.api.event_stream import EventStreamResponse
 from llmsim.api.schemas import ChatCompletionRequest, CompletionRequest
 from llmsim.api.served import ServedModel
-from llmsim.api.sse import DONE, ChunkTemplates
+from llmsim.api.sse import ChunkTemplates
 from llmsim.api.state import ApiState
+from llmsim.api.stream_encoder import StreamEncoder
 from llmsim.api.streaming import merged_events, until_disconnect
 from llmsim.engine.errors import EngineOverloaded
 from llmsim.llm.errors import ContextLengthError
@@ -51,12 +54,8 @@ def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[Ge
         except ContextLengthError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
     if not served.engine.accepting():
-        raise _overloaded()
+        raise overloaded()
     return plans
-
-
-def _overloaded() -> APIError:
-    return APIError(503, "The server is overloaded: too many requests are waiting. Retry later.")
 
 
 async def _parse(request: Request, model_cls: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
@@ -105,13 +104,27 @@ async def _respond(
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     if body.stream:
-        stream = _stream(served, body, plans, arrival, ids, request_id, created, now, chat=chat)
-        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+        encoder = StreamEncoder(
+            ChunkTemplates(request_id, created, served.name, chat=chat),
+            plans,
+            chat=chat,
+            prompt_tokens=_prompt_tokens(plans, body),
+            continuous_usage=body.continuous_usage,
+            include_usage=body.include_usage,
+            now=now,
+            observe_lags=served.observe_lags,
+        )
+        if len(plans) == 1:
+            # Almost every request: the engine iterator itself, no merging hop per token.
+            single = served.engine.run(plans[0], arrival, ids[0])
+            return EventStreamResponse(single, partial(encoder.token, 0), encoder, headers=SSE_HEADERS)
+        merged = merged_events(served.engine, plans, arrival, ids)
+        return EventStreamResponse(merged, encoder.merged, encoder, headers=SSE_HEADERS)
     try:
         result = await until_disconnect(_collect(served, plans, arrival, ids, now), request)
     except EngineOverloaded:
         # The queue filled between the check in _plan and the engine (n > 1, or a race).
-        raise _overloaded() from None
+        raise overloaded() from None
     if result is None:  # the client left; nobody reads this
         return Response(status_code=499)
     texts, finishes = result
@@ -162,59 +175,6 @@ async def _collect(
     finally:
         served.observe_lags(lags)
     return texts, [p.finish_reason for p in plans]
-
-
-async def _stream(
-    served: ServedModel,
-    body: ChatCompletionRequest | CompletionRequest,
-    plans: list[GenerationPlan],
-    arrival: float,
-    ids: Sequence[RequestId],
-    request_id: str,
-    created: int,
-    now: Callable[[], float],
-    *,
-    chat: bool,
-) -> AsyncIterator[bytes]:
-    chunks = ChunkTemplates(request_id, created, served.name, chat=chat)
-    last = [p.num_output_tokens - 1 for p in plans]
-    prompt_tokens = _prompt_tokens(plans, body)
-    continuous = body.continuous_usage
-    prompt_of = [p.prompt_tokens for p in plans]
-    started = [False] * len(plans)
-    done = [False] * len(plans)
-    completion_tokens = 0
-    lags: list[float] = []
-    try:
-        async with aclosing(merged_events(served.engine, plans, arrival, ids)) as events:
-            # Per-token loop: byte templates only; lag taken right before the bytes leave.
-            async for pos, event in events:
-                completion_tokens += 1
-                head = b""
-                if chat and not started[pos]:
-                    started[pos] = True
-                    head = chunks.role(pos)
-                finish = None
-                if event.index == last[pos]:
-                    finish = plans[pos].finish_reason
-                    done[pos] = True
-                usage = (prompt_of[pos], event.index + 1) if continuous else None
-                lags.append(now() - event.sim_time)
-                yield head + chunks.token(pos, event.text, finish, usage)
-        for pos, plan in enumerate(plans):
-            if not done[pos]:  # a choice with no tokens still gets its finish reason
-                head = chunks.role(pos) if chat and not started[pos] else b""
-                usage = (plan.prompt_tokens, 0) if continuous else None
-                yield head + chunks.finish(pos, plan.finish_reason, usage)
-        if body.include_usage:
-            yield chunks.usage(prompt_tokens, completion_tokens)
-    except EngineOverloaded:
-        # Headers are sent: like vLLM, report the error as an event; the stream still ends with [DONE].
-        err = _overloaded()
-        yield chunks.error(err.message, err.err_type, err.status)
-    finally:
-        served.observe_lags(lags)
-    yield DONE
 
 
 async def list_models(request: Request) -> Response:

@@ -9,15 +9,16 @@ tests/api/test_sse.py checks the bytes parse to exactly what a dict-based encode
 from __future__ import annotations
 
 import json
+import json.encoder
 
 from llmsim.types import FinishReason
 
 DONE = b"data: [DONE]\n\n"
 _dumps = json.dumps
-
-
-def _finish(reason: FinishReason | None) -> bytes:
-    return b"null" if reason is None else b'"' + reason.value.encode() + b'"'
+# What json.dumps(text, ensure_ascii=False) calls for a str, minus building a JSONEncoder per call
+# (json.dumps only reuses its cached encoder for default arguments): 1.4 us -> 0.07 us a token.
+_encode_text = json.encoder.encode_basestring
+_FINISH: dict[FinishReason | None, bytes] = {None: b"null", **{r: b'"%s"' % r.value.encode() for r in FinishReason}}
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
@@ -32,24 +33,28 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
 class ChunkTemplates:
     """Byte templates for one streamed request (chat or text completion)."""
 
-    __slots__ = ("_chat", "_head", "_text_key")
+    __slots__ = ("_head", "_role", "_token")
 
     def __init__(self, request_id: str, created: int, model: str, *, chat: bool) -> None:
         obj = "chat.completion.chunk" if chat else "text_completion"
-        self._chat = chat
         self._head = b'data: {"id":%s,"object":"%s","created":%d,"model":%s,"choices":[' % (
             _dumps(request_id).encode(),
             obj.encode(),
             created,
             _dumps(model).encode(),
         )
-        self._text_key = b'"delta":{"content":' if chat else b'"text":'
+        # One %-template per request: id and model may hold a '%', so the head is escaped.
+        head = self._head.replace(b"%", b"%%")
+        text_key = b'"delta":{"content":%s}' if chat else b'"text":%s'
+        # index, JSON text, finish reason, then "]}" or the usage member
+        self._token = head + b'{"index":%d,' + text_key + b',"logprobs":null,"finish_reason":%s}]%s}\n\n'
+        self._role = (
+            head + b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+        )
 
     def role(self, index: int) -> bytes:
         """Chat only: the opening chunk of a choice, announcing the assistant role."""
-        return self._head + (
-            b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n' % index
-        )
+        return self._role % index
 
     def token(
         self,
@@ -59,18 +64,11 @@ class ChunkTemplates:
         usage: tuple[int, int] | None = None,
     ) -> bytes:
         """A chunk carrying one token; ``usage`` (prompt, completion so far) for continuous stats."""
-        close = b"}" if self._chat else b""
-        tail = b"]}\n\n" if usage is None else b'],"usage":' + _usage(*usage) + b"}\n\n"
-        return (
-            self._head
-            + b'{"index":%d,' % index
-            + self._text_key
-            + _dumps(text, ensure_ascii=False).encode()
-            + close
-            + b',"logprobs":null,"finish_reason":'
-            + _finish(finish)
-            + b"}"
-            + tail
+        return self._token % (
+            index,
+            _encode_text(text).encode(),
+            _FINISH[finish],
+            b"" if usage is None else b',"usage":' + _usage(*usage),
         )
 
     def finish(self, index: int, finish: FinishReason, usage: tuple[int, int] | None = None) -> bytes:

@@ -23,9 +23,10 @@ async def merged_events(
     """Events of every choice as ``(position in plans, event)``, in release order.
 
     Closing this iterator closes every engine iterator, so the engine frees what they held.
+    (A stream of one choice reads the engine iterator directly: see routes._respond.)
     """
     if len(plans) == 1:
-        # Fast path (almost every request): no task, no queue.
+        # No task, no queue.
         it = engine.run(plans[0], arrival, request_ids[0])
         try:
             async for event in it:

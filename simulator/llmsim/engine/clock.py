@@ -25,6 +25,11 @@ class Clock(Protocol):
         ...
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():  # cancelled meanwhile
+        future.set_result(None)
+
+
 class MonotonicClock:
     """Real time for the server.
 
@@ -41,7 +46,15 @@ class MonotonicClock:
     async def sleep_until(self, deadline: float) -> float:
         delay = deadline - self.now()
         if delay > 0:
-            await asyncio.sleep(delay)
+            # asyncio.sleep without its own coroutine frame: this runs once per streamed token.
+            loop = asyncio.get_running_loop()
+            wake: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(delay, _wake, wake)
+            try:
+                await wake
+            except BaseException:
+                timer.cancel()
+                raise
         lag = self.now() - deadline
         return lag if lag > 0.0 else 0.0
 
