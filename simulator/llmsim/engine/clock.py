@@ -25,6 +25,11 @@ class Clock(Protocol):
         ...
 
 
+_MIN_REWAIT_S = 0.001
+# Earlier than this is float rounding of the timeline, not an early wake-up.
+_ON_TIME_S = 1e-6
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():  # cancelled meanwhile
         future.set_result(None)
@@ -44,18 +49,28 @@ class MonotonicClock:
         self.now = now
 
     async def sleep_until(self, deadline: float) -> float:
-        delay = deadline - self.now()
+        now = self.now
+        delay = deadline - now()
         if delay > 0:
             # asyncio.sleep without its own coroutine frame: this runs once per streamed token.
             loop = asyncio.get_running_loop()
-            wake: asyncio.Future[None] = loop.create_future()
-            timer = loop.call_later(delay, _wake, wake)
-            try:
-                await wake
-            except BaseException:
-                timer.cancel()
-                raise
-        lag = self.now() - deadline
+            while True:
+                wake: asyncio.Future[None] = loop.create_future()
+                timer = loop.call_later(delay, _wake, wake)
+                try:
+                    await wake
+                except BaseException:
+                    timer.cancel()
+                    raise
+                delay = deadline - now()
+                if delay <= _ON_TIME_S:
+                    break
+                # NOTE: uvloop's timers count whole milliseconds of a loop time cached at the start
+                # of the iteration, so they fire up to ~1.3 ms early. A token must never leave before
+                # its deadline (lag is the only error, and it is measured): wait again, at least 1 ms
+                # so that the loop sleeps instead of spinning through sub-millisecond timers.
+                delay = max(delay, _MIN_REWAIT_S)
+        lag = now() - deadline
         return lag if lag > 0.0 else 0.0
 
 
