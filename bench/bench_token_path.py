@@ -43,16 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.server import ServerProcess, running_server  # noqa: E402
 
-TTFT_MS = 20.0
-ITL_MS = 15.0
-CONFIG = f"""
-version: 1
-models:
-  - name: fixed
-    engine: fixed
-    context_length: 32768
-    latency: {{ttft_overhead_ms: {TTFT_MS}, itl_ms: {ITL_MS}}}
-"""
+from bench.bench_fixed import CONFIG, ITL_MS, TTFT_MS  # noqa: E402
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

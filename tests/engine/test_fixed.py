@@ -97,14 +97,19 @@ async def test_closing_the_iterator_reports_an_abort() -> None:
     assert engine.snapshot().num_running == 0
 
 
-async def test_instant_engine_releases_everything_at_once() -> None:
+async def test_instant_engine_releases_everything_due_at_arrival() -> None:
+    # Arrival at 4.0, the engine runs at 5.0: zero simulated latency, the second of handling is lag.
     clock = ManualClock(start=5.0)
     rec = Recorder()
     engine = InstantEngine(clock, rec)
     events = [ev async for ev in engine.run(plan(3), 4.0, RequestId("r"))]
-    assert [e.sim_time for e in events] == [5.0, 5.0, 5.0]
-    assert rec.finished[0].finish_reason is FinishReason.STOP
-    assert rec.finished[0].ttft == 1.0
+    assert [e.sim_time for e in events] == [4.0, 4.0, 4.0]
+    assert [e.lag for e in events] == [1.0, 1.0, 1.0]
+    assert clock.now() == 5.0  # nothing waited
+    (stats,) = rec.finished
+    assert stats.finish_reason is FinishReason.STOP
+    assert stats.ttft == 0.0
+    assert stats.e2e == 0.0
 
 
 async def test_manual_clock_reports_lag_of_past_deadlines() -> None:
