@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from llmsim.metrics.buckets import TTFT_BUCKETS
-from tests.support.server import free_port, running_server
+from tests.support.server import free_port, running_server, stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.prometheus]
 
@@ -88,12 +88,7 @@ def prometheus(tmp_path: Path, target: str) -> Iterator[str]:
         until(lambda: proc.poll() is None and ready(base), 30, lambda: (tmp_path / "prometheus.log").read_text())
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 

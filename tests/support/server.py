@@ -22,6 +22,16 @@ def free_port() -> int:
         return port
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a test never leaves a server behind."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @dataclass
 class ServerProcess:
     process: subprocess.Popen[bytes]
@@ -77,9 +87,4 @@ def running_server(
             time.sleep(0.05)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
