@@ -116,7 +116,12 @@ def test_errors_have_openai_shape(server: ServerProcess, client: openai.OpenAI) 
     assert nf.value.status_code == 404
     body = nf.value.response.json()
     assert body == {
-        "error": {"message": "The model `nope` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}
+        "error": {
+            "message": "The model `nope` does not exist.",
+            "type": "NotFoundError",
+            "param": "model",
+            "code": "model_not_found",
+        }
     }
 
     bad = httpx.post(server.base_url + "/v1/chat/completions", content=b"{not json", timeout=5)

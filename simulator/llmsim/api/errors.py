@@ -16,22 +16,32 @@ _TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed",
 class APIError(Exception):
     """An error the API answers with; raised anywhere under a route."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, err_type: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        err_type: str | None = None,
+        code: int | str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.err_type = err_type or _TYPES.get(status, "InternalServerError")
+        # vLLM puts the HTTP status here; OpenAI a string for some errors (model_not_found).
+        self.code = status if code is None else code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
+        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.code}}
 
     def response(self) -> Response:
         return Response(json.dumps(self.body()), status_code=self.status, media_type="application/json")
 
 
 def model_not_found(model: str) -> APIError:
-    return APIError(404, f"The model `{model}` does not exist.", param="model")
+    # vLLM's message and type; OpenAI's code, which clients and proxies match on.
+    return APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
 
 
 def overloaded() -> APIError:
