@@ -23,7 +23,7 @@ from llmsim.api.stream_encoder import StreamEncoder
 from llmsim.api.streaming import merged_events, until_disconnect
 from llmsim.engine.errors import EngineOverloaded
 from llmsim.llm.errors import ContextLengthError
-from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, RequestId
+from llmsim.types import GenerationPlan, GenerationRequest, RequestId
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -127,12 +127,13 @@ async def _respond(
         raise overloaded() from None
     if result is None:  # the client left; nobody reads this
         return Response(status_code=499)
-    texts, finishes = result
+    texts = result
     prompt_tokens = _prompt_tokens(plans, body)
     completion_tokens = sum(len(t) for t in texts)
     choices: list[dict[str, Any]] = []
-    for i, (tokens, finish) in enumerate(zip(texts, finishes, strict=True)):
+    for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
         text = "".join(tokens)
+        finish = plan.finish_reason
         if chat:
             message = {"role": "assistant", "content": text, "tool_calls": []}
             choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish.value})
@@ -164,7 +165,8 @@ async def _collect(
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
-) -> tuple[list[list[str]], list[FinishReason]]:
+) -> list[list[str]]:
+    """Each choice's released token texts (lags reported once, however it ends)."""
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
     try:
@@ -174,7 +176,7 @@ async def _collect(
                 lags.append(now() - event.sim_time)
     finally:
         served.observe_lags(lags)
-    return texts, [p.finish_reason for p in plans]
+    return texts
 
 
 async def list_models(request: Request) -> Response:

@@ -170,13 +170,13 @@ def _result(index: int, seq: Sequence) -> RequestResult:
     stats = seq.to_stats()
     return RequestResult(
         index=index,
-        arrival=seq.arrival,
-        prompt_tokens=seq.prompt_tokens,
-        output_tokens=seq.num_output_tokens,
+        arrival=stats.arrival,
+        prompt_tokens=stats.prompt_tokens,
+        output_tokens=stats.output_tokens,
         finish_reason=stats.finish_reason,
         ttft=stats.ttft,
         e2e=stats.e2e,
         queue_time=stats.queue_time,
-        num_preemptions=seq.num_preemptions,
-        token_times=seq.token_times,
+        num_preemptions=stats.num_preemptions,
+        token_times=stats.token_times,
     )
