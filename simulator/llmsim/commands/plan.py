@@ -22,7 +22,7 @@ import yaml
 
 from llmsim.config import load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
-from llmsim.engine.scheduler import SchedulerParams, Summary, WorkloadItem, poisson_workload, simulate
+from llmsim.engine.scheduler import SchedulerParams, SimulationSummary, WorkloadItem, poisson_workload, simulate
 from llmsim.errors import ConfigError
 from llmsim.runtime import scheduler_params
 
@@ -118,7 +118,7 @@ def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1000:,.1f}"
 
 
-def format_summary(model: str, params: SchedulerParams, s: Summary, wall: float) -> str:
+def format_summary(model: str, params: SchedulerParams, s: SimulationSummary, wall: float) -> str:
     """The human-readable table."""
     lines = [
         f"llmsim plan: {model}, {s.num_requests:,} requests, {s.duration:,.1f} s simulated",
@@ -143,7 +143,7 @@ def speedup(simulated: float, wall: float) -> float:
     return simulated / wall if wall > 0 else math.inf
 
 
-def summary_json(model: str, params: SchedulerParams, s: Summary, wall: float) -> dict[str, Any]:
+def summary_json(model: str, params: SchedulerParams, s: SimulationSummary, wall: float) -> dict[str, Any]:
     """The summary as plain JSON values (NaN becomes null)."""
 
     def clean(value: Any) -> Any:

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 from llmsim.metrics import buckets
 from llmsim.metrics.histogram import Histogram
-from llmsim.metrics.summary import Summary
+from llmsim.metrics.latency_summary import LatencySummary
 from llmsim.types import EngineSnapshot, FinishReason, RequestId, RequestStats, StepStats
 
 Snapshot = Callable[[], EngineSnapshot]
@@ -68,7 +68,7 @@ class ModelMetrics:
         self.step_lag = Histogram(buckets.LAG_BUCKETS)
         self.step_duration = Histogram(buckets.STEP_DURATION_BUCKETS)
         self.batch_size = Histogram(buckets.BATCH_SIZE_BUCKETS)
-        self.summary = Summary()
+        self.summary = LatencySummary()
 
     def bind(self, snapshot: Snapshot, cache_config: Mapping[str, str] | None = None) -> None:
         """Attach the engine once it exists (it is built with this object as its observer)."""
@@ -78,7 +78,7 @@ class ModelMetrics:
         self.prefix_caching = self.cache_config is not None and self.cache_config.get("enable_prefix_caching") == "True"
 
     def reset_summary(self) -> None:
-        self.summary = Summary()
+        self.summary = LatencySummary()
 
     # EngineObserver -------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from llmsim.engine.base import Engine, EngineObserver, NullObserver
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.policy import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, TokenEvent
 
@@ -63,7 +63,7 @@ class _Stream(Sequence):
 
 
 class SchedulerEngine(Engine):
-    """Continuous batching on one simulated GPU (see :mod:`llmsim.engine.scheduler.policy`).
+    """Continuous batching on one simulated GPU (see :mod:`llmsim.engine.scheduler.scheduler`).
 
     Parameters
     ----------

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.policy import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.summary import Percentiles, Summary
+from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary
 from llmsim.engine.scheduler.workload import WorkloadItem
 from llmsim.types import FinishReason, RequestId, StepStats
 
@@ -69,13 +69,13 @@ class SimulationResult:
     def queue_times(self) -> list[float]:
         return [r.queue_time for r in self.requests]
 
-    def summary(self) -> Summary:
+    def summary(self) -> SimulationSummary:
         reqs = self.requests
         steps = self.steps
         start = min((r.arrival for r in reqs), default=0.0)
         end = steps[-1].start + steps[-1].duration if steps else start
         aborted = sum(r.finish_reason is FinishReason.ABORT for r in reqs)
-        return Summary(
+        return SimulationSummary(
             num_requests=len(reqs),
             num_finished=len(reqs) - aborted,
             num_aborted=aborted,

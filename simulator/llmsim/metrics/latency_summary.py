@@ -19,7 +19,7 @@ def _stats(sketch: QuantileSketch) -> dict[str, float | int | None]:
     return out
 
 
-class Summary:
+class LatencySummary:
     """Resettable counts and sketches (unlike Prometheus counters, which never go back)."""
 
     __slots__ = (

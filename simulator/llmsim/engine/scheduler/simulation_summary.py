@@ -35,7 +35,7 @@ class Percentiles:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
+class SimulationSummary:
     """The headline figures of a run."""
 
     num_requests: int

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmsim.cli import main
-
-from .builders import roofline
+from tests.engine.scheduler.builders import roofline
 
 # The issue's example model (the seed design): 7,609 KV blocks.
 MODELS = """
