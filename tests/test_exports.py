@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-PACKAGES = ["llmsim.llm", "llmsim.engine", "llmsim.engine.scheduler", "llmsim.config", "llmsim.metrics"]
+PACKAGES = ["llmsim.llm", "llmsim.engine", "llmsim.engine.scheduler", "llmsim.config", "llmsim.metrics", "llmsim.api"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

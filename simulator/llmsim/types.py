@@ -74,18 +74,15 @@ class GenerationPlan:
 
 @dataclass(slots=True)
 class TokenEvent:
-    """One token released by an engine.
+    """One token released by an engine; ``sim_time`` is its deadline on the simulated timeline.
 
-    ``sim_time`` is the token's deadline on the simulated timeline; ``lag`` is how late the
-    release was against it (the simulator's own error bar, never part of simulated latency).
+    How late the API sends it against that deadline is the token's *lag*, measured where the
+    chunk is written (the simulator's own error bar, never part of simulated latency).
     """
 
     index: int
     text: str
     sim_time: float
-    lag: float
-    # Simulated time the request waited before its first scheduled step.
-    queue_time: float
 
 
 @dataclass(slots=True)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from llmsim.runtime import build_runtime
 
@@ -154,3 +156,29 @@ async def test_unknown_route_and_method_are_openai_shaped(http: httpx.AsyncClien
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     r = await http.get("/v1/chat/completions")
     assert r.status_code == 405
+
+
+async def test_added_middleware_also_sees_the_completion_routes(tmp_path: Path) -> None:
+    """The completion routes' shortcut past FastAPI's stack must not hide them from user middleware."""
+    (tmp_path / "models.yml").write_text(CONFIG)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    seen: list[str] = []
+
+    @runtime.app.middleware("http")
+    async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        seen.append(request.url.path)
+        response = await call_next(request)
+        response.headers["x-seen-by"] = "middleware"
+        return response
+
+    transport = httpx.ASGITransport(app=runtime.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for path, payload in (
+            ("/v1/chat/completions", {"model": "instant", "messages": [{"role": "user", "content": "Hello!"}]}),
+            ("/v1/completions", {"model": "instant", "prompt": "Hello!", "stream": True}),
+        ):
+            r = await client.post(path, json=payload)
+            assert r.status_code == 200
+            assert r.headers["x-seen-by"] == "middleware"
+    assert seen == ["/v1/chat/completions", "/v1/completions"]

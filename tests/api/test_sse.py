@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmsim.api.sse import DONE, ChunkTemplates
+from llmsim.api.completion_bodies import DONE, ChunkTemplates
 from llmsim.types import FinishReason
 
 

@@ -13,7 +13,7 @@ def busy(hub: MetricsHub, name: str, scale: int) -> None:
     m = hub.models[name]
     for i in range(scale):
         t0 = i * 0.37
-        m.on_first_token(RequestId(str(i)), 0.021 * i, 0.0)
+        m.on_first_token(0.021 * i)
         times = [t0 + 0.2 + 0.013 * k for k in range(i % 7)]
         m.on_request_finished(
             RequestStats(

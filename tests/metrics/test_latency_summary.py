@@ -27,7 +27,7 @@ def load(hub: MetricsHub) -> None:
     m = hub.models["m"]
     # 100 requests: TTFT i ms (1..100), 5 tokens 20 ms apart; lags 0.1 ms .. 1 ms; batch sizes 1..10.
     for i in range(1, 101):
-        m.on_first_token(RequestId(str(i)), i / 1000, 0.0)
+        m.on_first_token(i / 1000)
         m.on_request_finished(
             finished(i, ttft=i / 1000, itl=0.020, n=5, reason=FinishReason.LENGTH if i % 10 == 0 else FinishReason.STOP)
         )
@@ -88,7 +88,7 @@ def test_delete_resets_the_summary_but_never_the_counters() -> None:
     assert p.get("vllm:generation_tokens_total", **labels) == 500
     assert p.get("vllm:time_to_first_token_seconds_count", **labels) == 100
     # Only what happens after the reset shows up in the summary.
-    hub.models["m"].on_first_token(RequestId("x"), 0.042, 0.0)
+    hub.models["m"].on_first_token(0.042)
     assert hub.summary()["models"]["m"]["ttft"]["count"] == 1
     assert hub.summary()["models"]["m"]["ttft"]["max"] == 0.042
 

@@ -29,10 +29,14 @@ class LlmsimApp(FastAPI):
     from it, so request handling before the engine (shorter than TTFT) is absorbed instead of
     being added to the simulated latency.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and the middleware
-    stack (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's own
-    ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
+    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and FastAPI's own
+    middleware (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's
+    own ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
     Every other request, and these paths with other methods (405), go through FastAPI.
+
+    NOTE: the shortcut holds only while nobody added middleware (``add_middleware`` or
+    ``@app.middleware``): from then on every request goes through the stack, so a middleware can
+    never silently miss the completion routes.
     """
 
     def __init__(self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], **kwargs: Any) -> None:
@@ -43,7 +47,7 @@ class LlmsimApp(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope["llmsim.arrival"] = self._now()
-            if scope["method"] == "POST" and not scope.get("root_path"):
+            if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
                 endpoint = self._hot.get(scope["path"])
                 if endpoint is not None:
                     await self._serve(endpoint, scope, receive, send)

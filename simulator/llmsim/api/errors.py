@@ -10,7 +10,15 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 503: "ServiceUnavailableError"}
+_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowed",
+    429: "RateLimitError",
+    503: "ServiceUnavailableError",
+}
+#: Seconds a client should wait before retrying a 429 or 503 (the ``Retry-After`` header).
+RETRY_AFTER_S = 1
 
 
 class APIError(Exception):
@@ -23,6 +31,7 @@ class APIError(Exception):
         param: str | None = None,
         err_type: str | None = None,
         code: int | str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,12 +40,15 @@ class APIError(Exception):
         self.err_type = err_type or _TYPES.get(status, "InternalServerError")
         # vLLM puts the HTTP status here; OpenAI a string for some errors (model_not_found).
         self.code = status if code is None else code
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.code}}
 
     def response(self) -> Response:
-        return Response(json.dumps(self.body()), status_code=self.status, media_type="application/json")
+        return Response(
+            json.dumps(self.body()), status_code=self.status, media_type="application/json", headers=self.headers
+        )
 
 
 def model_not_found(model: str) -> APIError:
@@ -45,7 +57,11 @@ def model_not_found(model: str) -> APIError:
 
 
 def overloaded() -> APIError:
-    return APIError(503, "The server is overloaded: too many requests are waiting. Retry later.")
+    return APIError(
+        503,
+        "The server is overloaded: too many requests are waiting. Retry later.",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def _loc(loc: Sequence[int | str]) -> str:

@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llmsim.api.choice_events import merged_events
+from llmsim.api.completion_bodies import ChunkTemplates, completion_body
+from llmsim.api.completion_stream import CompletionStream
 from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
-from llmsim.api.event_stream import EventStreamResponse
-from llmsim.api.schemas import ChatCompletionRequest, CompletionRequest
+from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest
 from llmsim.api.served import ServedModel
-from llmsim.api.sse import ChunkTemplates
+from llmsim.api.sse_response import SSEResponse
 from llmsim.api.state import ApiState
-from llmsim.api.stream_encoder import StreamEncoder
-from llmsim.api.streaming import merged_events, until_disconnect
-from llmsim.engine.errors import EngineOverloaded
+from llmsim.engine import TokenStream
+from llmsim.engine.errors import EngineOverloaded, EngineStopped
 from llmsim.llm.errors import ContextLengthError
 from llmsim.types import GenerationPlan, GenerationRequest, RequestId
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+T = TypeVar("T")
 
 
 def _state(request: Request) -> ApiState:
@@ -53,9 +56,19 @@ def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[Ge
             plans.extend(served.generator.generate(req))
         except ContextLengthError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
-    if not served.engine.accepting():
-        raise overloaded()
     return plans
+
+
+async def _submit(
+    served: ServedModel, plans: Sequence[GenerationPlan], arrival: float, ids: Sequence[RequestId]
+) -> list[TokenStream]:
+    """The one admission point: every choice gets a stream, or the request is refused before any byte is sent."""
+    try:
+        return await served.engine.submit(plans, arrival, ids)
+    except EngineOverloaded:
+        raise overloaded() from None
+    except EngineStopped as exc:
+        raise APIError(503, f"The model is not serving: {exc}.") from None
 
 
 async def _parse(request: Request, model_cls: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
@@ -103,55 +116,27 @@ async def _respond(
     request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
-    if body.stream:
-        encoder = StreamEncoder(
-            ChunkTemplates(request_id, created, served.name, chat=chat),
-            plans,
-            chat=chat,
-            prompt_tokens=_prompt_tokens(plans, body),
-            continuous_usage=body.continuous_usage,
-            include_usage=body.include_usage,
-            now=now,
-            observe_lags=served.observe_lags,
-        )
-        if len(plans) == 1:
-            # Almost every request: the engine iterator itself, no merging hop per token.
-            single = served.engine.run(plans[0], arrival, ids[0])
-            return EventStreamResponse(single, partial(encoder.token, 0), encoder, headers=SSE_HEADERS)
-        merged = merged_events(served.engine, plans, arrival, ids)
-        return EventStreamResponse(merged, encoder.merged, encoder, headers=SSE_HEADERS)
-    try:
-        result = await until_disconnect(_collect(served, plans, arrival, ids, now), request)
-    except EngineOverloaded:
-        # The queue filled between the check in _plan and the engine (n > 1, or a race).
-        raise overloaded() from None
-    if result is None:  # the client left; nobody reads this
-        return Response(status_code=499)
-    texts = result
     prompt_tokens = _prompt_tokens(plans, body)
-    completion_tokens = sum(len(t) for t in texts)
-    choices: list[dict[str, Any]] = []
-    for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
-        text = "".join(tokens)
-        finish = plan.finish_reason
-        if chat:
-            message = {"role": "assistant", "content": text, "tool_calls": []}
-            choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish.value})
-        else:
-            choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish.value})
-    payload = {
-        "id": request_id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": created,
-        "model": served.name,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-        },
-    }
-    return JSONResponse(payload)
+    if not body.stream:
+        texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
+        if texts is None:  # the client left; nobody reads this
+            return Response(status_code=499)
+        return JSONResponse(completion_body(request_id, created, served.name, plans, texts, prompt_tokens, chat=chat))
+    streams = await _submit(served, plans, arrival, ids)
+    stream = CompletionStream(
+        ChunkTemplates(request_id, created, served.name, chat=chat),
+        plans,
+        chat=chat,
+        prompt_tokens=prompt_tokens,
+        continuous_usage=body.continuous_usage,
+        include_usage=body.include_usage,
+        now=now,
+        observe_lags=served.observe_lags,
+    )
+    if len(streams) == 1:
+        # Almost every request: the engine's stream itself, no merging hop per token.
+        return SSEResponse(streams[0], partial(stream.token, 0), stream, headers=SSE_HEADERS)
+    return SSEResponse(merged_events(streams), stream.merged, stream, headers=SSE_HEADERS)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:
@@ -159,7 +144,7 @@ def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest 
     return sum(p.prompt_tokens for p in plans[:: body.n])
 
 
-async def _collect(
+async def _complete(
     served: ServedModel,
     plans: Sequence[GenerationPlan],
     arrival: float,
@@ -167,16 +152,47 @@ async def _collect(
     now: Callable[[], float],
 ) -> list[list[str]]:
     """Each choice's released token texts (lags reported once, however it ends)."""
+    streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
+    events = merged_events(streams)
     try:
-        async with aclosing(merged_events(served.engine, plans, arrival, ids)) as events:
-            async for pos, event in events:
-                texts[pos].append(event.text)
-                lags.append(now() - event.sim_time)
+        async for pos, event in events:
+            texts[pos].append(event.text)
+            lags.append(now() - event.sim_time)
     finally:
+        await events.aclose()
         served.observe_lags(lags)
     return texts
+
+
+async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
+    """Await ``awaitable`` unless the client disconnects first (then cancel it, return None).
+
+    For non-streaming responses, where Starlette does not watch the connection: a client that
+    gives up must still end the request server-side, so the engine frees its KV cache.
+    """
+    work = asyncio.ensure_future(awaitable)
+
+    async def disconnected() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watch = asyncio.create_task(disconnected())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return None
 
 
 async def list_models(request: Request) -> Response:
@@ -191,7 +207,7 @@ async def list_models(request: Request) -> Response:
             "parent": None,
             "max_model_len": m.context_length,
             "permission": [],
-            **({"llmsim": m.info} if m.info else {}),
+            "llmsim": m.info.to_json(),
         }
         for m in state.models.values()
     ]

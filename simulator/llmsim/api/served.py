@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmsim.engine import Engine
@@ -14,6 +14,29 @@ def _drop(lags: Sequence[float]) -> None:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What ``/v1/models`` says about a model's engine (under the ``llmsim`` key)."""
+
+    engine: str
+    # Scheduler engine only: the simulated GPU and its KV cache and batch limits.
+    hardware: str | None = None
+    kv_cache_blocks: int | None = None
+    block_size: int | None = None
+    max_num_sequences: int | None = None
+    max_batch_tokens: int | None = None
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        if self.kv_cache_blocks is None or self.block_size is None:
+            return None
+        return self.kv_cache_blocks * self.block_size
+
+    def to_json(self) -> dict[str, Any]:
+        fields = asdict(self) | {"kv_cache_tokens": self.kv_cache_tokens}
+        return {key: value for key, value in fields.items() if value is not None}
+
+
 @dataclass(slots=True)
 class ServedModel:
     name: str
@@ -22,7 +45,6 @@ class ServedModel:
     context_length: int
     # Unix time of startup, reported as ``created`` in /v1/models.
     created: int
-    # Extra fields for /v1/models (engine name, KV blocks, ...).
-    info: dict[str, Any] = field(default_factory=dict)
+    info: EngineInfo
     # Receives the release lags of one request's tokens, in one call per request.
     observe_lags: Callable[[Sequence[float]], None] = _drop

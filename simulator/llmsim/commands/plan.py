@@ -129,7 +129,7 @@ def format_summary(model: str, params: SchedulerParams, s: SimulationSummary, wa
     peak = s.kv_peak_used_blocks / s.kv_total_blocks if s.kv_total_blocks else 0.0
     lines += [
         f"throughput  {s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s"
-        f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted)",
+        f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)",
         f"batch       {s.num_steps:,} steps, mean batch {s.mean_batch_size:.1f},"
         f" max {params.max_num_sequences} sequences / {params.max_batch_tokens} tokens",
         f"KV cache    {s.kv_total_blocks:,} blocks of {params.block_size} tokens, peak {s.kv_peak_used_blocks:,}"

@@ -7,11 +7,11 @@ request before the engine (shorter than TTFT) is absorbed and wake-up lateness n
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.types import EngineSnapshot, FinishReason, GenerationPlan, RequestId, RequestStats, TokenEvent
 
@@ -31,54 +31,91 @@ class FixedTiming:
         return self.ttft_overhead_s + prompt_tokens / self.prefill_tokens_per_s
 
 
+class _FixedStream:
+    """One choice on its own timeline: token ``i`` is due at ``first + i * itl``."""
+
+    __slots__ = ("_arrival", "_engine", "_first", "_itl", "_plan", "_released", "_reported", "_request_id")
+
+    def __init__(self, engine: FixedEngine, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
+        self._engine = engine
+        self._plan = plan
+        self._arrival = arrival
+        self._request_id = request_id
+        self._first = arrival + engine.timing.ttft(plan.prompt_tokens)
+        self._itl = engine.timing.itl_s
+        self._released = 0
+        self._reported = False
+
+    def __aiter__(self) -> _FixedStream:
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        # Per-token path: one absolute deadline each, computed from the anchor, never from "now".
+        i = self._released
+        tokens = self._plan.tokens
+        if i >= len(tokens):
+            self._report()
+            raise StopAsyncIteration
+        engine = self._engine
+        deadline = self._first + i * self._itl
+        # A deadline already passed (the stream is behind) costs no sleep_until call.
+        if engine.clock.now() < deadline:
+            await engine.clock.sleep_until(deadline)
+        if i == 0:
+            engine.observer.on_first_token(self._first - self._arrival)
+        self._released = i + 1
+        return TokenEvent(i, tokens[i], deadline)
+
+    async def aclose(self) -> None:
+        self._report()
+
+    def _report(self) -> None:
+        """Once, however the stream ended: its stats, and one fewer stream running."""
+        if self._reported:
+            return
+        self._reported = True
+        engine = self._engine
+        engine.num_running -= 1
+        plan = self._plan
+        released = self._released
+        done = released == plan.num_output_tokens
+        token_times = [self._first + i * self._itl for i in range(released)]
+        engine.observer.on_request_finished(
+            RequestStats(
+                request_id=self._request_id,
+                prompt_tokens=plan.prompt_tokens,
+                output_tokens=released,
+                finish_reason=plan.finish_reason if done else FinishReason.ABORT,
+                arrival=self._arrival,
+                scheduled=self._arrival,
+                first_token=self._first if released else None,
+                # Simulated end: the last release, or the moment of the abort.
+                finished=token_times[-1] if done and released else max(engine.clock.now(), self._arrival),
+                token_times=token_times,
+            )
+        )
+
+
 class FixedEngine(Engine):
     name: ClassVar[str] = "fixed"
     required_sections: ClassVar[frozenset[str]] = frozenset({"latency"})
 
     def __init__(self, timing: FixedTiming, clock: Clock, observer: EngineObserver | None = None) -> None:
-        self._timing = timing
-        self._clock = clock
-        self._observer = observer or NullObserver()
-        self._running = 0
+        self.timing = timing
+        self.clock = clock
+        self.observer: EngineObserver = observer or NullObserver()
+        # Streams submitted and not yet reported.
+        self.num_running = 0
 
-    async def run(
-        self, plan: GenerationPlan, arrival: float, request_id: RequestId
-    ) -> AsyncGenerator[TokenEvent, None]:
-        first = arrival + self._timing.ttft(plan.prompt_tokens)
-        itl = self._timing.itl_s
-        now = self._clock.now
-        sleep_until = self._clock.sleep_until
-        self._running += 1
-        released = 0
-        try:
-            # Per-token loop: one absolute deadline each, computed from the anchor, never from "now".
-            for i, text in enumerate(plan.tokens):
-                deadline = first + i * itl
-                # A deadline already passed (the stream is behind) costs no sleep_until call.
-                late = now() - deadline
-                lag = late if late >= 0.0 else await sleep_until(deadline)
-                if i == 0:
-                    self._observer.on_first_token(request_id, first - arrival, 0.0)
-                released = i + 1
-                yield TokenEvent(i, text, deadline, lag, 0.0)
-        finally:
-            self._running -= 1
-            done = released == plan.num_output_tokens
-            token_times = [first + i * itl for i in range(released)]
-            self._observer.on_request_finished(
-                RequestStats(
-                    request_id=request_id,
-                    prompt_tokens=plan.prompt_tokens,
-                    output_tokens=released,
-                    finish_reason=plan.finish_reason if done else FinishReason.ABORT,
-                    arrival=arrival,
-                    scheduled=arrival,
-                    first_token=first if released else None,
-                    # Simulated end: the last release, or the moment of the abort.
-                    finished=token_times[-1] if done and released else max(self._clock.now(), arrival),
-                    token_times=token_times,
-                )
-            )
+    async def submit(
+        self, plans: Sequence[GenerationPlan], arrival: float, request_ids: Sequence[RequestId]
+    ) -> list[TokenStream]:
+        # No queue, no limit: every request is admitted at once.
+        streams: list[TokenStream] = [
+            _FixedStream(self, plan, arrival, rid) for plan, rid in zip(plans, request_ids, strict=True)
+        ]
+        self.num_running += len(streams)
+        return streams
 
     def snapshot(self) -> EngineSnapshot:
-        return EngineSnapshot(num_running=self._running, num_waiting=0, kv_used_blocks=0, kv_total_blocks=0)
+        return EngineSnapshot(num_running=self.num_running, num_waiting=0, kv_used_blocks=0, kv_total_blocks=0)

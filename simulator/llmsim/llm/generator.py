@@ -76,9 +76,6 @@ class Generator:
         self.context_length = context_length
         self._matcher = Matcher(script.entries)
 
-    def count_prompt_tokens(self, request: GenerationRequest) -> int:
-        return count_prompt_tokens(request)
-
     def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
         """The entry answering a (stripped) user message and its template variables."""
         found = self._matcher.match(text)

@@ -8,7 +8,7 @@ from itertools import pairwise
 from llmsim.metrics import buckets
 from llmsim.metrics.histogram import Histogram
 from llmsim.metrics.latency_summary import LatencySummary
-from llmsim.types import EngineSnapshot, FinishReason, RequestId, RequestStats, StepStats
+from llmsim.types import EngineSnapshot, FinishReason, RequestStats, StepStats
 
 Snapshot = Callable[[], EngineSnapshot]
 
@@ -96,7 +96,7 @@ class ModelMetrics:
         summary.step_lag.add(stats.lag)
         summary.batch_size.add(stats.batch_size)
 
-    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+    def on_first_token(self, ttft: float) -> None:
         # Observed now, not at the end of the stream, so TTFT dashboards don't wait for long outputs.
         self.ttft.observe(ttft)
         self.summary.ttft.add(ttft)

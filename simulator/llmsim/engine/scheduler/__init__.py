@@ -15,7 +15,14 @@ Pure and deterministic: no I/O, no randomness outside the seeded workload genera
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.kv_cache import KVCache
-from llmsim.engine.scheduler.params import GpuSpec, ModelSpec, SchedulerParams, check_context_fits, num_kv_blocks
+from llmsim.engine.scheduler.params import (
+    GpuSpec,
+    ModelSpec,
+    SchedulerParams,
+    check_context_fits,
+    default_limits,
+    num_kv_blocks,
+)
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
@@ -40,6 +47,7 @@ __all__ = [
     "StepResult",
     "WorkloadItem",
     "check_context_fits",
+    "default_limits",
     "num_kv_blocks",
     "percentile",
     "poisson_arrivals",

@@ -48,7 +48,6 @@ from llmsim.types import StepStats
 
 S = TypeVar("S", bound=Sequence)
 
-_WAITING = SequenceStatus.WAITING
 _PREEMPTED = SequenceStatus.PREEMPTED
 _RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
@@ -113,8 +112,26 @@ class Scheduler(Generic[S]):
     def add_request(self, seq: S) -> None:
         """Queue a new sequence behind the waiting ones (raises ValueError if its prompt cannot fit)."""
         seq.limit_to_context(self.params.context_length)
-        seq.status = _WAITING
+        seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
+
+    def add_requests(self, seqs: list[S], now: float) -> bool:
+        """Queue the choices of one request arriving at ``now``, or refuse them all.
+
+        With ``max_waiting_requests`` set, they are refused (status REJECTED, False returned) when
+        they would take the waiting queue past the limit: the API answers 503, as vLLM does past
+        its queue limits. Judged against the queue at the request's arrival on the simulated
+        timeline, so a replica's capacity never depends on the host it runs on.
+        """
+        limit = self.params.max_waiting_requests
+        if limit is not None and len(self.waiting) + len(seqs) > limit:
+            for seq in seqs:
+                seq.status = SequenceStatus.REJECTED
+                seq.finished_time = now
+            return False
+        for seq in seqs:
+            self.add_request(seq)
+        return True
 
     def abort(self, seq: S, now: float) -> bool:
         """End ``seq`` wherever it is and free its blocks at once; False if it had already ended."""
@@ -139,13 +156,13 @@ class Scheduler(Generic[S]):
         """Decide the next step, which starts at ``now``; advances computed tokens at once (as vLLM)."""
         out: SchedulerOutput[S] = SchedulerOutput(self.num_steps)
         self.num_steps += 1
-        budget = self._schedule_running(out, self._max_batch_tokens, now)
+        budget = self._schedule_running(out, self._max_batch_tokens)
         # vLLM admits nothing in a step that preempted: the freed room is for the survivors.
         if not out.preempted:
             budget = self._schedule_waiting(out, budget, now)
         return self._make_output(out, budget)
 
-    def _schedule_running(self, out: SchedulerOutput[S], budget: int, now: float) -> int:
+    def _schedule_running(self, out: SchedulerOutput[S], budget: int) -> int:
         running = self.running
         kv = self.kv
         i = 0
@@ -158,7 +175,7 @@ class Scheduler(Generic[S]):
                 n = budget
             while not kv.allocate_slots(seq, n):
                 victim = running.pop()
-                self._preempt(victim, now)
+                self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is seq:
                     return budget
@@ -204,7 +221,7 @@ class Scheduler(Generic[S]):
         out.num_context_tokens += computed
         out.scheduled.append(seq)
 
-    def _preempt(self, seq: S, now: float) -> None:
+    def _preempt(self, seq: S) -> None:
         self.kv.free(seq)
         seq.num_computed_tokens = 0
         seq.status = _PREEMPTED

@@ -41,6 +41,8 @@ class SimulationSummary:
     num_requests: int
     num_finished: int
     num_aborted: int
+    # Refused at arrival because the waiting queue was full (max_waiting_requests).
+    num_rejected: int
     # Simulated seconds from the first arrival to the end of the last step.
     duration: float
     output_tokens: int

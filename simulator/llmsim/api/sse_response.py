@@ -2,7 +2,7 @@
 
 Starlette's StreamingResponse costs several coroutine hops per chunk: its own loop over an async
 generator of ours, then the ``send`` wrapper of every middleware on the way out (FastAPI has four
-or five). :class:`EventStreamResponse` pulls events from the engine iterator itself, encodes
+or five). :class:`SSEResponse` pulls events from the engine iterator itself, encodes
 them and hands the bytes to the ``send`` it is called with; :class:`~llmsim.api.app.LlmsimApp`
 calls it with the server's own ``send``. It watches for the client's disconnect with one task
 (Starlette runs an anyio task group) and cancels the pull at once, so the engine frees the request.
@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class EventSource(Protocol[T_co]):
+    """What the response pulls events from: an engine's token stream, or several merged."""
+
+    def __anext__(self) -> Awaitable[T_co]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class StreamBody(Protocol):
@@ -71,13 +80,13 @@ def _resume(step: Coroutine[Any, Any, T], waiting_on: Any) -> Generator[Any, Any
                 return result
 
 
-class EventStreamResponse(Response, Generic[T]):
+class SSEResponse(Response, Generic[T]):
     """``text/event-stream`` of ``encode(event)`` for each event, then ``body.tail()``.
 
     Parameters
     ----------
     events:
-        The engine iterator (or several merged). Closed when the response ends, however it ends.
+        The engine's token stream (or several merged). Closed when the response ends, however it ends.
     encode:
         The SSE bytes of one event.
     body:
@@ -90,7 +99,7 @@ class EventStreamResponse(Response, Generic[T]):
 
     def __init__(
         self,
-        events: AsyncGenerator[T, None],
+        events: EventSource[T],
         encode: Callable[[T], bytes],
         body: StreamBody,
         headers: Mapping[str, str] | None = None,
@@ -142,7 +151,8 @@ class EventStreamResponse(Response, Generic[T]):
         try:
             # Per-token loop (every token of every stream): no await except the engine's wait and the write.
             while True:
-                step = pull()
+                # Both kinds of source return a coroutine-like awaitable with send/throw.
+                step = cast(Coroutine[Any, Any, T], pull())
                 try:
                     waiting_on = step.send(None)
                 except StopIteration as ready:

@@ -1,16 +1,19 @@
-"""The SSE bytes of one streamed completion, one token at a time, and what it says at the end."""
+"""What one streamed completion says: its SSE bytes, one token at a time, and what it says at the end.
+
+Lag (the simulator's error bar) is defined here, once: the time a token's chunk is made, right
+before it is written, minus the token's simulated deadline.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from llmsim.api.errors import overloaded
-from llmsim.api.sse import DONE, ChunkTemplates
-from llmsim.engine.errors import EngineOverloaded
+from llmsim.api.completion_bodies import DONE, ChunkTemplates
+from llmsim.engine.errors import EngineStopped
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 
 
-class StreamEncoder:
+class CompletionStream:
     """Chunks for the ``n`` choices of one request, as OpenAI/vLLM stream them.
 
     Per token: the role chunk before a choice's first token (chat), the token chunk (with the
@@ -101,11 +104,10 @@ class StreamEncoder:
 
     def error(self, exc: Exception) -> bytes | None:
         """The stream's last bytes after ``exc``, or None if it is not one a stream reports."""
-        if not isinstance(exc, EngineOverloaded):
+        if not isinstance(exc, EngineStopped):
             return None
         # Headers are sent: like vLLM, report the error as an event; the stream still ends with [DONE].
-        err = overloaded()
-        return self._chunks.error(err.message, err.err_type, err.status) + DONE
+        return self._chunks.error(str(exc), "InternalServerError", 500) + DONE
 
     def close(self) -> None:
         """Once, however the stream ended: hand over the release lags."""

@@ -1,6 +1,6 @@
-"""Server-sent-event chunks built from per-request byte templates.
+"""The OpenAI response bodies of the completion routes, in one place: streamed chunks and whole responses.
 
-NOTE: the per-token path never builds a dict or calls a full JSON encoder on a chunk: the parts
+Streamed chunks are built from per-request byte templates. NOTE: the per-token path never builds a dict or calls a full JSON encoder on a chunk: the parts
 that are the same for every token of a request (id, created, model, object) are encoded once;
 per token only the choice index, the JSON-escaped token text and the finish reason are filled in.
 tests/api/test_sse.py checks the bytes parse to exactly what a dict-based encoder would produce.
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import json.encoder
+from collections.abc import Sequence
+from typing import Any
 
-from llmsim.types import FinishReason
+from llmsim.types import FinishReason, GenerationPlan
 
 DONE = b"data: [DONE]\n\n"
 _dumps = json.dumps
@@ -83,3 +85,38 @@ class ChunkTemplates:
         """An error during a stream: sent as data, the stream still ends with [DONE]."""
         body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
         return b"data: " + _dumps(body).encode() + b"\n\n"
+
+
+def completion_body(
+    request_id: str,
+    created: int,
+    model: str,
+    plans: Sequence[GenerationPlan],
+    texts: Sequence[Sequence[str]],
+    prompt_tokens: int,
+    *,
+    chat: bool,
+) -> dict[str, Any]:
+    """A whole (non-streamed) ``chat.completion`` or ``text_completion``; ``texts`` holds each choice's tokens."""
+    choices: list[dict[str, Any]] = []
+    for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
+        text = "".join(tokens)
+        finish = plan.finish_reason.value
+        if chat:
+            message = {"role": "assistant", "content": text, "tool_calls": []}
+            choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish})
+        else:
+            choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish})
+    completion_tokens = sum(len(t) for t in texts)
+    return {
+        "id": request_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+        },
+    }
