@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from llmsim.api.app import create_app
 from llmsim.api.served import EngineInfo, ServedModel
-from llmsim.api.state import ApiState
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
@@ -173,6 +173,7 @@ def build_runtime(
     responses_path: str | Path | None = None,
     *,
     clock: Clock | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens."""
     config = load_models_config(config_path)
@@ -196,7 +197,7 @@ def build_runtime(
             info=built.info,
             observe_lags=metrics.observe_lags,
         )
-    state = ApiState(models=models, clock=clock)
+    state = ApiState(models=models, clock=clock, max_request_bytes=max_request_bytes)
 
     async def start() -> None:
         for served in models.values():

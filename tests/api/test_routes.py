@@ -182,3 +182,38 @@ async def test_added_middleware_also_sees_the_completion_routes(tmp_path: Path) 
             assert r.status_code == 200
             assert r.headers["x-seen-by"] == "middleware"
     assert seen == ["/v1/chat/completions", "/v1/completions"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_over_the_limit_is_413_in_openais_shape(tmp_path: Path, declared: bool) -> None:
+    (tmp_path / "models.yml").write_text(CONFIG)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    limit = 1000
+    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml", max_request_bytes=limit)
+    payload = json.dumps({"model": "instant", "prompt": "x" * 2000}).encode()
+    content: bytes | AsyncIterator[bytes] = payload
+    if not declared:
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(0, len(payload), 256):
+                yield payload[i : i + 256]
+
+        content = chunks()
+    transport = httpx.ASGITransport(app=runtime.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        r = await client.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert r.json() == {
+            "error": {
+                "message": f"The request body is larger than the server's limit of {limit} bytes"
+                " (llmsim serve --max-request-bytes).",
+                "type": "RequestEntityTooLarge",
+                "param": None,
+                "code": 413,
+            }
+        }
+        # Just under the limit is served.
+        small = json.dumps({"model": "instant", "prompt": "x" * 900})
+        assert len(small) <= limit
+        ok = await client.post("/v1/completions", content=small, headers={"content-type": "application/json"})
+        assert ok.status_code == 200

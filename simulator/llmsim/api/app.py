@@ -11,11 +11,11 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
 from llmsim.api import routes
-from llmsim.api.errors import APIError, api_error_handler
+from llmsim.api.errors import APIError, api_error_handler, request_too_large
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
@@ -39,14 +39,24 @@ class LlmsimApp(FastAPI):
     never silently miss the completion routes.
     """
 
-    def __init__(self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], **kwargs: Any) -> None:
+    def __init__(
+        self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], max_request_bytes: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._now = now
         self._hot = dict(hot)
+        self._max_request_bytes = max_request_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope["llmsim.arrival"] = self._now()
+            if scope["method"] in _BODY_METHODS:
+                limit = self._max_request_bytes
+                if _declared_length(scope) > limit:
+                    # Refused before a byte of the body is read.
+                    await request_too_large(limit).response()(scope, receive, send)
+                    return
+                receive = _capped(receive, limit)
             if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
                 endpoint = self._hot.get(scope["path"])
                 if endpoint is not None:
@@ -66,6 +76,36 @@ class LlmsimApp(FastAPI):
             await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
         await response(scope, receive, send)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _declared_length(scope: Scope) -> int:
+    """The Content-Length header's value (0 when absent or unreadable: the body is then counted as it comes)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    """``receive``, refusing (413) a body that grows past ``limit`` bytes without a Content-Length saying so."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise request_too_large(limit)
+        return message
+
+    return capped
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -91,6 +131,7 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     app = LlmsimApp(
         now=state.clock.now,
         hot=hot,
+        max_request_bytes=state.max_request_bytes,
         title="llmsim",
         version=__version__,
         lifespan=lifespan,

@@ -12,6 +12,9 @@ from llmsim.api.completion_bodies import DONE, ChunkTemplates
 from llmsim.engine.errors import EngineStopped
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 
+#: Release lags kept per stream before they are handed to the metrics in one call.
+LAG_BATCH = 1024
+
 
 class CompletionStream:
     """Chunks for the ``n`` choices of one request, as OpenAI/vLLM stream them.
@@ -19,7 +22,7 @@ class CompletionStream:
     Per token: the role chunk before a choice's first token (chat), the token chunk (with the
     finish reason on the last one, usage so far with ``continuous_usage_stats``). At the end:
     a finish chunk for a choice that produced no token, the ``include_usage`` chunk, ``[DONE]``.
-    Release lags are kept and handed to ``observe_lags`` once, in :meth:`close`.
+    Release lags are handed to ``observe_lags`` in batches of :data:`LAG_BATCH` and at :meth:`close`.
     """
 
     __slots__ = (
@@ -75,7 +78,12 @@ class CompletionStream:
     def token(self, pos: int, event: TokenEvent) -> bytes:
         """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first)."""
         # Per-token path: byte templates only; the lag is taken as the chunk is made, just before it is written.
-        self._lags.append(self._now() - event.sim_time)
+        lags = self._lags
+        lags.append(self._now() - event.sim_time)
+        if len(lags) >= LAG_BATCH:
+            # Handed over in batches, so a long stream holds a bounded list, not one float per token.
+            self._observe_lags(lags)
+            self._lags = []
         self._completion_tokens += 1
         head = b""
         if self._chat and not self._started[pos]:

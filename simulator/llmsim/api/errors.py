@@ -14,6 +14,7 @@ _TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
     405: "MethodNotAllowed",
+    413: "RequestEntityTooLarge",
     429: "RateLimitError",
     503: "ServiceUnavailableError",
 }
@@ -61,6 +62,12 @@ def overloaded() -> APIError:
         503,
         "The server is overloaded: too many requests are waiting. Retry later.",
         headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def request_too_large(limit: int) -> APIError:
+    return APIError(
+        413, f"The request body is larger than the server's limit of {limit} bytes (llmsim serve --max-request-bytes)."
     )
 
 

@@ -9,9 +9,14 @@ calls it with the server's own ``send``. It watches for the client's disconnect 
 
 Coalescing: each pull first runs the engine iterator up to its next wait without awaiting. When
 the next token is already due (the stream is behind: a late wake-up, a slow loop), it does not
-wait at all; such tokens are batched and written together right before the stream next waits.
-The bytes are the same sequence of SSE events; only their split into writes changes. A token
-that arrives after a wait is written at once, as before.
+wait at all; such tokens are batched and written together right before the stream next waits,
+or once :data:`MAX_BATCH_CHUNKS` have piled up. The bytes are the same sequence of SSE events;
+only their split into writes changes. A token that arrives after a wait is written at once.
+
+Backpressure: every write goes through the server's ``send``, which waits while the transport
+is paused (the peer's buffers are full), and a stream never encodes more than one batch ahead
+of what it has handed over. So one connection holds at most the transport's high-water mark
+plus one batch, and a slow or stalled reader costs the others nothing.
 """
 
 from __future__ import annotations
@@ -78,6 +83,12 @@ def _resume(step: Coroutine[Any, Any, T], waiting_on: Any) -> Generator[Any, Any
             except StopIteration as done:
                 result = done.value
                 return result
+
+
+#: Most chunks written in one go while a stream is behind (a few KB): bounds what one connection
+#: holds beyond the transport's buffer, and how long one stream keeps the event loop from the
+#: others (≈ 50 µs of encoding).
+MAX_BATCH_CHUNKS = 16
 
 
 class SSEResponse(Response, Generic[T]):
@@ -158,6 +169,16 @@ class SSEResponse(Response, Generic[T]):
                 except StopIteration as ready:
                     # Due already: the stream is behind. Batch it with the others that are due.
                     due.append(encode(ready.value))
+                    if len(due) >= MAX_BATCH_CHUNKS:
+                        # The server's send waits while the transport is paused (a slow reader), so
+                        # a full batch is where backpressure holds this stream. It returns at once
+                        # when the peer keeps up: yield the loop anyway, or a stream whose every
+                        # token is due (the instant engine) would run to its end in one turn.
+                        await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})
+                        due.clear()
+                        if self._disconnected:
+                            return
+                        await asyncio.sleep(0)
                     continue
                 if due:
                     await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})

@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from llmsim.api.served import ServedModel
 from llmsim.engine.clock import Clock
 
+#: Default cap on a request body. vLLM has none; 4 MiB holds a 128k-token prompt several times over,
+#: and validating a body that size holds the event loop for a few milliseconds only.
+DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20
+
 
 @dataclass(slots=True)
 class ApiState:
     models: dict[str, ServedModel]
     # The engines' clock: arrival stamps and lag use the same timeline as token deadlines.
     clock: Clock
+    # Larger request bodies are refused with 413 before they are parsed.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES

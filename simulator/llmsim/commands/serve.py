@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
 
@@ -21,6 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--host", default=env("LLMSIM_HOST", "127.0.0.1"), help="bind address (env LLMSIM_HOST)")
     p.add_argument("--port", type=int, default=int(env("LLMSIM_PORT", "8000")), help="port (env LLMSIM_PORT)")
     p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=int(env("LLMSIM_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES))),
+        help="larger request bodies get 413 (env LLMSIM_MAX_REQUEST_BYTES; default 4 MiB)",
+    )
+    p.add_argument(
         "--log-level", default=env("LLMSIM_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"]
     )
     p.set_defaults(func=run)
@@ -29,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
-        runtime = build_runtime(args.config, args.responses)
+        runtime = build_runtime(args.config, args.responses, max_request_bytes=args.max_request_bytes)
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
         return 2
