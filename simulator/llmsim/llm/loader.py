@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llmsim.errors import ConfigError, parse_yaml
+from llmsim.errors import ConfigError, entry_label, parse_yaml, read_yaml_file
 from llmsim.llm.script import Body, Content, Entry, Match, MatchKind, Script, Synthetic, Variants
 from llmsim.llm.template import Template, TemplateError
 
@@ -157,13 +157,8 @@ def _parse_body(check: _Checker, spec: dict[str, Any], known: frozenset[str]) ->
     return Synthetic(lo, hi)
 
 
-def _entry_label(index: int, raw: Any) -> str:
-    entry_id = raw.get("id") if isinstance(raw, dict) else None
-    return f"responses[{index}] (id '{entry_id}')" if isinstance(entry_id, str) else f"responses[{index}]"
-
-
 def _parse_entry(file: str, index: int, raw: Any, seen: set[str]) -> Entry:
-    check = _Checker(file, _entry_label(index, raw))
+    check = _Checker(file, entry_label("responses", index, "id", raw.get("id") if isinstance(raw, dict) else None))
     spec = check.mapping(raw, None, _ENTRY_KEYS)
     if "id" not in spec:
         check.fail("required field is missing", "id")
@@ -184,8 +179,11 @@ def _parse_entry(file: str, index: int, raw: Any, seen: set[str]) -> Entry:
 
 def parse_responses(text: str, file: str) -> Script:
     """Parse responses.yml text; ``file`` names it in errors. Raises :class:`ConfigError`."""
+    return _parse(parse_yaml(text, file), file)
+
+
+def _parse(raw: Any, file: str) -> Script:
     check = _Checker(file)
-    raw = parse_yaml(text, file)
     if raw is None:
         raw = {}
     top = check.mapping(raw, None, _TOP_KEYS)
@@ -213,11 +211,4 @@ def load_responses(path: str | Path | None = None) -> Script:
     if path is None:
         text = resources.files("llmsim").joinpath("data", "responses.yml").read_text(encoding="utf-8")
         return parse_responses(text, EMBEDDED_RESPONSES)
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(p), f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    return parse_responses(text, str(p))
+    return _parse(read_yaml_file(path), str(path))
