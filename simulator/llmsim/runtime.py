@@ -42,17 +42,12 @@ logger = logging.getLogger("llmsim")
 ENGINES: dict[str, type[Engine]] = {e.name: e for e in (InstantEngine, FixedEngine, SchedulerEngine)}
 
 
-def _label(config: ModelsConfig, name: str) -> str:
-    index = next(i for i, m in enumerate(config.models) if m.name == name)
-    return f"models[{index}] (name '{name}')"
-
-
 def _check_sections(model: ModelConfig, config: ModelsConfig, file: str) -> None:
     required = ENGINES[model.engine].required_sections
     for section in sorted(required):
         if getattr(model, section) is None:
             raise ConfigError(
-                file, f"required by engine '{model.engine}'", entry=_label(config, model.name), field=section
+                file, f"required by engine '{model.engine}'", entry=config.entry_label(model.name), field=section
             )
 
 
@@ -97,7 +92,7 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
         )
         check_context_fits(params, num_kv_blocks(params))
     except ValueError as exc:
-        raise ConfigError(file, str(exc), entry=_label(config, model.name), field="kv_cache") from None
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="kv_cache") from None
     return params
 
 

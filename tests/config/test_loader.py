@@ -78,8 +78,28 @@ models:
             "models[0] (name 'a'): field 'profile': unknown model profile",
         ),
         ("models: [{engine: fixed}]", "models[0]: field 'name': required field is missing"),
-        ("models: [{name: a, engine: fixed}\n", "invalid YAML: line"),
+        # A misspelt field is named as unknown (not as the field it leaves missing), with the known ones.
+        (
+            "models: [{nmae: a, engine: fixed}]",
+            "models[0]: field 'nmae': unknown field (allowed: name, engine, profile, hardware, context_length,",
+        ),
+        (
+            "models:\n  - {name: a, engine: fixed}\n  - {name: a, engine: instant}",
+            "models[1] (name 'a'): field 'name': duplicate name 'a'",
+        ),
+        ("models: []", "field 'models': expected a non-empty list"),
+        (
+            "models: [{name: a, engine: fixed, legacy_metrics: [1]}]",
+            "models[0] (name 'a'): field 'legacy_metrics': expected true or false, got list",
+        ),
+        (
+            "hardware: {gpu: {hbm_gib: 0, memory_bandwidth_gbps: 1, peak_tflops: 1}}\nmodels: [{name: a, engine: fixed}]",
+            "field 'hardware.gpu.hbm_gib': Input should be greater than 0",
+        ),
+        ("models: [{name: a, engine: fixed}\n", "invalid YAML: line 2, column 1"),
+        ("models: [{name: a, engine: 'fi\x07xed'}]", "invalid YAML: line 1, column 31: unacceptable character #x0007"),
         ("[1, 2]", "expected a mapping"),
+        ("", "expected a mapping with a 'models' list"),
     ],
 )
 def test_errors_name_file_entry_and_field(tmp_path: Path, text: str, expected: str) -> None:
@@ -95,3 +115,12 @@ def test_errors_name_file_entry_and_field(tmp_path: Path, text: str, expected: s
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read file"):
         load_models_config(tmp_path / "nope.yml")
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "models.yml"
+    # Latin-1 "é" (0xE9) after 22 bytes; UTF-8 would need a continuation byte where "," is.
+    path.write_bytes(b"models:\n  - {name: caf\xe9, engine: instant}\n")
+    with pytest.raises(ConfigError) as info:
+        load_models_config(path)
+    assert str(info.value) == f"{path}: not UTF-8 text: invalid continuation byte at byte 22 (line 2, column 15)"

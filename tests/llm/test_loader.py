@@ -78,6 +78,40 @@ GOOD_DEFAULT = "default: {content: d}\n"
         ("responses: {a: 1}\n" + GOOD_DEFAULT, None, "responses", "expected a list, got mapping"),
         ("responses: [{match: {exact: a}, content: x}]\n" + GOOD_DEFAULT, "responses[0]", "id", "required field"),
         (
+            "responses: [{id: '', match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0]",
+            "id",
+            "must not be empty",
+        ),
+        # A misspelt field is named as unknown (not as the field it leaves missing), with the known ones.
+        (
+            "responses: [{id: a, mtch: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "mtch",
+            "unknown field (allowed: id, match, content, variants, synthetic)",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, content: x, colour: red}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "colour",
+            "unknown field (allowed: id, match, content, variants, synthetic)",
+        ),
+        # Without any body, a misspelt body is named in the message.
+        (
+            "responses: [{id: a, match: {exact: a}, contnet: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            None,
+            "exactly one body of content, variants, synthetic is required (got none; unknown field 'contnet')",
+        ),
+        (
+            "responses: [{id: a, match: 3, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match",
+            "expected a mapping, got integer",
+        ),
+        ("version: true\n" + GOOD_DEFAULT, None, "version", "expected an integer, got boolean"),
+        ("[1, 2]\n", None, None, "expected a mapping, got list"),
+        (
             "responses: [{id: 3, match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
             "responses[0]",
             "id",
@@ -113,7 +147,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exactly: a}, content: x}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "match.exactly",
-            "unknown field",
+            "unknown field (allowed: exact, regex, starts_with, contains, ignore_case)",
         ),
         (
             "responses: [{id: a, match: {exact: []}, content: x}]\n" + GOOD_DEFAULT,
@@ -170,6 +204,12 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "expected a non-empty list",
         ),
         (
+            "responses: [{id: a, match: {exact: a}, variants: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "variants",
+            "expected a list, got string",
+        ),
+        (
             "responses: [{id: a, match: {exact: a}, variants: [x, 2]}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "variants[1]",
@@ -191,7 +231,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exact: a}, synthetic: {tokens: 5}}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "synthetic.tokens",
-            "expected [min, max]",
+            "expected [min, max], got integer",
         ),
         (
             "responses: [{id: a, match: {exact: a}, synthetic: {tokens: [1, x]}}]\n" + GOOD_DEFAULT,
@@ -211,6 +251,13 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "content",
             "unknown template variable 'nmae'",
         ),
+        # The variable's name reaches the message verbatim, even when it looks like a placeholder.
+        (
+            "responses: [{id: a, match: {exact: a}, content: 'hi {message}'}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "content",
+            "unknown template variable 'message' (known: last_user_message, model)",
+        ),
         # A regex's groups are known only to that entry's body.
         (
             "responses: [{id: a, match: {exact: a}, content: '{city}'}]\n" + GOOD_DEFAULT,
@@ -225,7 +272,13 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "single '{'",
         ),
         ("responses: [7]\n" + GOOD_DEFAULT, "responses[0]", None, "expected a mapping, got integer"),
-        ("default: {match: {exact: a}, content: x}\n", "default", "match", "unknown field"),
+        (
+            "default: {match: {exact: a}, content: x}\n",
+            "default",
+            "match",
+            "unknown field (allowed: content, variants, synthetic)",
+        ),
+        ("default:\n", "default", None, "expected a mapping, got null"),
         ("default: {content: '{city}'}\n", "default", "content", "unknown template variable 'city'"),
         ("default: {}\n", "default", None, "exactly one body"),
     ],
@@ -257,3 +310,27 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_responses(tmp_path / "nope.yml")
     assert str(exc.value).startswith(f"{tmp_path / 'nope.yml'}: cannot read file")
+
+
+def test_ignore_case_applies_to_a_regex_wherever_it_is_written() -> None:
+    # ignore_case after the regex in the mapping still compiles it case-insensitively.
+    script = parse_responses(
+        "responses: [{id: a, match: {regex: 'HELLO (?P<who>\\w+)', ignore_case: true}, content: '{who}'}]\n"
+        + GOOD_DEFAULT,
+        "f",
+    )
+    match = script.entries[0].match
+    assert match is not None
+    assert match.test("hello World", "hello world") == {"who": "World"}
+    strict = parse_responses("responses: [{id: a, match: {regex: 'HELLO'}, content: x}]\n" + GOOD_DEFAULT, "f")
+    assert strict.entries[0].match is not None
+    assert strict.entries[0].match.test("hello", "hello") is None
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    # Latin-1 "é" (0xE9) after 23 bytes; UTF-8 would need a continuation byte where "," is.
+    path.write_bytes(b"default:\n  content: caf\xe9, bonjour\n")
+    with pytest.raises(ConfigError) as exc:
+        load_responses(path)
+    assert str(exc.value) == f"{path}: not UTF-8 text: invalid continuation byte at byte 23 (line 2, column 15)"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+
+from llmsim.errors import format_loc
 
 _TYPES = {
     400: "BadRequestError",
@@ -71,19 +72,12 @@ def request_too_large(limit: int) -> APIError:
     )
 
 
-def _loc(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + part
-    return out
-
-
 def from_validation_error(exc: ValidationError) -> APIError:
     """pydantic errors -> 400 with vLLM's "N validation error(s)" and the first field as param."""
     errors = exc.errors(include_url=False)
     n = len(errors)
-    details = "; ".join(f"{_loc(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
-    first = _loc(errors[0]["loc"]) if errors else None
+    details = "; ".join(f"{format_loc(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+    first = format_loc(errors[0]["loc"]) if errors else None
     return APIError(400, f"{n} validation error{'s' if n != 1 else ''}: {details}", param=first or None)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmsim.errors import entry_label
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -92,19 +94,16 @@ class ModelConfig(_Section):
 class ModelsConfig(_Section):
     version: Literal[1] = 1
     hardware: dict[str, HardwareProfile] = {}
+    # Names are unique (the loader checks: a check across entries has no field of its own).
     models: Annotated[list[ModelConfig], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> ModelsConfig:
-        seen: set[str] = set()
-        for m in self.models:
-            if m.name in seen:
-                raise ValueError(f"duplicate model name '{m.name}'")
-            seen.add(m.name)
-        return self
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:
             if m.name == name:
                 return m
         raise KeyError(name)
+
+    def entry_label(self, name: str) -> str:
+        """How errors name the model: ``models[1] (name 'x')``."""
+        index = next(i for i, m in enumerate(self.models) if m.name == name)
+        return entry_label("models", index, "name", name)
