@@ -72,7 +72,7 @@ def test_e3_predicts_one_full_budget_stall_per_chunk(tmp_path: Path) -> None:
     for budget, steps in ((8192, 1), (2048, 4)):
         v = got[f"budget-{budget}"]
         # A stalled step is the whole budget, compute-bound: 2 x params x budget / FLOPS.
-        assert v["decode stall (stalled gap p50)"] == pytest.approx(2 * PARAMS * budget / FLOPS, rel=1e-9)
+        assert v["decode stall (stalled step)"] == pytest.approx(2 * PARAMS * budget / FLOPS, rel=1e-9)
         # The 16 decoders take 16 tokens of each step: floor(8176 / (budget - 16)) full-budget chunks.
         assert v["stalled steps per decoder"] == steps == 8176 // (budget - 16)
 
@@ -93,15 +93,15 @@ def test_e5_predicts_fewer_preemptions_with_a_watermark(tmp_path: Path) -> None:
 
 def test_e1_and_e2_predict_the_seed_designs_ratios(tmp_path: Path) -> None:
     e1 = values("E1", tmp_path)
-    step = e1["64-streams"]["step time (ITL p50)"] / e1["1-stream"]["step time (ITL p50)"]
+    step = e1["64-streams"]["step time (TPOT p50)"] / e1["1-stream"]["step time (TPOT p50)"]
     assert step == pytest.approx(1.56, rel=0.02)
-    # 199 gaps: the median is decode step 100, reading 128 + 100 tokens of KV besides the weights.
-    assert e1["1-stream"]["step time (ITL p50)"] == pytest.approx((2 * PARAMS + KV * 228) / BANDWIDTH, rel=1e-9)
+    # TPOT: the mean of decode steps 1..199, step j reading 128 + j tokens of KV besides the weights: j = 100 on average.
+    assert e1["1-stream"]["step time (TPOT p50)"] == pytest.approx((2 * PARAMS + KV * 228) / BANDWIDTH, rel=1e-9)
     e2 = values("E2", tmp_path)
-    # 32 streams x 99 gaps: the median gap is decode step 50, reading 32 x (prompt + 50) tokens of KV.
+    # TPOT: the mean of decode steps 1..99, step j reading 32 x (prompt + j) tokens of KV: j = 50 on average.
     for prompt in (128, 2048):
         step_50 = (2 * PARAMS + KV * 32 * (prompt + 50)) / BANDWIDTH
-        assert e2[f"prompt-{prompt}"]["step time (ITL p50)"] == pytest.approx(step_50, rel=1e-9)
+        assert e2[f"prompt-{prompt}"]["step time (TPOT p50)"] == pytest.approx(step_50, rel=1e-9)
 
 
 def test_e6_predicts_ttft_falling_when_phases_break(tmp_path: Path) -> None:
