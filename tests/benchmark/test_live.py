@@ -58,9 +58,11 @@ def test_counts_equal_the_servers_and_the_prediction_holds_on_a_light_load(tmp_p
     assert measured["prompt_tokens"] == view["prompt_tokens"] == 128 * measured["completed"]
     assert measured["prompt_mismatches"] == 0
     # The prediction, made before sending, within the experiments' tolerance. (TTFT is printed but not
-    # held to 2 %: a few milliseconds of HTTP and release lag are over 2 % of a 20-40 ms TTFT.)
-    for name in ("e2e", "tpot", "itl"):
+    # held to 2 %: a few milliseconds of HTTP and release lag are over 2 % of a 20-40 ms TTFT; nor is
+    # ITL p50, which one late release moves as much as it moves two gaps; TPOT, a mean, is not.)
+    for name in ("e2e", "tpot"):
         assert measured[name]["p50"] == pytest.approx(predicted[name]["p50"], rel=TOLERANCE), name
+    assert measured["output_token_rate"] == pytest.approx(predicted["output_token_rate"], rel=TOLERANCE)
 
 
 def test_a_trace_with_a_hang_up_and_chat_prompts_confirmed_by_usage(tmp_path: Path) -> None:
