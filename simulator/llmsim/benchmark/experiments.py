@@ -425,7 +425,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         setup={"hardware": "seed-gpu-sixteenth"},
         variants=(
             Variant("equal-lengths", lambda: equal_lengths_closed_loop(32, 256, 32, until=E6_UNTIL, warmup=E6_WARMUP)),
-            Variant("random-lengths", lambda: random_lengths_closed_loop(32, 256, 8, 56, until=E6_UNTIL, warmup=E6_WARMUP)),
+            Variant(
+                "random-lengths", lambda: random_lengths_closed_loop(32, 256, 8, 56, until=E6_UNTIL, warmup=E6_WARMUP)
+            ),
         ),
         metrics=(TTFT_P50, STEP_TIME),
         ratios=(Ratio("TTFT p50, random / equal", TTFT_P50.label, "random-lengths", "equal-lengths"),),

@@ -22,6 +22,7 @@ def plot_sweep(results: Sequence[RunResult], path: Path, *, title: str = "") -> 
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import ScalarFormatter
     except ImportError as exc:
         raise RuntimeError("--plot needs matplotlib: pip install 'llmsim[bench]'") from exc
     xs = [r.value if r.value is not None else float(i) for i, r in enumerate(results)]
@@ -41,6 +42,9 @@ def plot_sweep(results: Sequence[RunResult], path: Path, *, title: str = "") -> 
         ax.set_xlabel(load)
         ax.set_ylabel("ms")
         ax.set_yscale("log")
+        # Plain milliseconds on the log axis, not powers of ten.
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     if title:
