@@ -54,8 +54,9 @@ envtest:
 e2e: $(VENV)/.installed-dev
 	E2E=1 $(BIN)/pytest e2e $(PYTEST_ARGS)
 
+# Every benchmark, then the experiments E1-E7 (about 10 minutes; figures in bench/results/).
 bench: $(VENV)/.installed-dev
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
