@@ -16,6 +16,7 @@ PACKAGES = [
     "llmsim.metrics",
     "llmsim.api",
     "llmsim.fleet",
+    "llmsim.calibration",
 ]
 
 
