@@ -16,6 +16,8 @@ PACKAGES = [
     "llmsim.metrics",
     "llmsim.api",
     "llmsim.benchmark",
+    "llmsim.fleet",
+    "llmsim.calibration",
 ]
 
 
