@@ -70,7 +70,8 @@ class LlmsimApp(FastAPI):
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    err = APIError(exc.status_code, str(exc.detail))
+    # Starlette's 405 carries the route's methods in an Allow header (RFC 9110 requires it).
+    err = APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers) if exc.headers else None)
     return err.response()
 
 

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, completion_body
 from llmsim.api.completion_stream import CompletionStream
-from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
-from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest
+from llmsim.api.errors import (
+    APIError,
+    from_validation_error,
+    invalid_json,
+    model_not_found,
+    overloaded,
+    unsupported_media_type,
+    validation_failed,
+)
+from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest, RequestInvalid
 from llmsim.api.served import ServedModel
 from llmsim.api.sse_response import SSEResponse
 from llmsim.api.state import ApiState
@@ -71,21 +80,57 @@ async def _submit(
         raise APIError(503, f"The model is not serving: {exc}.") from None
 
 
-async def _parse(request: Request, model_cls: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def bad_request(exc: RequestInvalid) -> APIError:
+    """vLLM's answer to its VLLMValidationError: 400 BadRequestError, the parameter as ``param``."""
+    return APIError(400, str(exc), param=exc.parameter)
+
+
+async def parse_body(request: Request, model_cls: type[M]) -> M:
+    """The JSON body as ``model_cls``, or vLLM's 400 (content type, JSON syntax, fields, its own checks).
+
+    As vLLM (FastAPI): a body without a content type is parsed first (bad JSON is reported as
+    such), then refused for its missing type; any type other than application/json is refused
+    before parsing.
+    """
+    content_type = request.headers.get("content-type")
     body = await request.body()
+    if content_type is not None and content_type.split(";", 1)[0].strip().lower() != "application/json":
+        raise unsupported_media_type()
+    if not body:
+        raise validation_failed([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    # NOTE: json, then the model in Python mode, as FastAPI does for vLLM: pydantic's JSON mode
+    # words some errors differently ("a valid array" for "a valid list").
     try:
-        return model_cls.model_validate_json(body)
+        data = json.loads(body)
+    except ValueError:
+        raise invalid_json(body) from None
+    try:
+        parsed = model_cls.model_validate(data)
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise APIError(400, "Invalid JSON body: " + exc.errors()[0]["msg"]) from None
         raise from_validation_error(exc) from None
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
+    if content_type is None:
+        raise unsupported_media_type()
+    return parsed
+
+
+def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel) -> None:
+    try:
+        body.check(vocab_size=served.generator.vocab_size)
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
 
 
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
+    body = await parse_body(request, ChatCompletionRequest)
     served = _served(state, body.model)
+    _check(body, served)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
@@ -97,8 +142,9 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: CompletionRequest = await _parse(request, CompletionRequest)
+    body = await parse_body(request, CompletionRequest)
     served = _served(state, body.model)
+    _check(body, served)
     plans = _plan(served, body.to_generation_requests())
     return await _respond(request, served, body, plans, arrival, chat=False)
 

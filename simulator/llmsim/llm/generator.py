@@ -23,10 +23,11 @@ from collections.abc import Mapping, Sequence
 from llmsim.llm.errors import ContextLengthError
 from llmsim.llm.filler import filler_tokens
 from llmsim.llm.matcher import Matcher
-from llmsim.llm.prompt import count_prompt_tokens
+from llmsim.llm.prompt import chat_prompt_tokens, count_prompt_tokens, text_prompt_tokens
 from llmsim.llm.script import NO_GROUPS, Content, Entry, Script, Synthetic
 from llmsim.llm.stable_hash import ChoiceHash
 from llmsim.llm.tokenizer import encode
+from llmsim.llm.vocabulary import VOCABULARY
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message
 
 __all__ = ["Generator"]
@@ -75,6 +76,40 @@ class Generator:
         self.model_name = model_name
         self.context_length = context_length
         self._matcher = Matcher(script.entries)
+
+    # Token ids (/tokenize, /detokenize, token-id prompts). NOTE: the regex tokenizer's ids
+    # (llm/vocabulary.py); a model with an HF tokenizer answers these from it instead.
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCABULARY.size
+
+    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """A completions prompt's ids (BOS first by default): as many as its ``prompt_tokens``."""
+        return VOCABULARY.ids(text_prompt_tokens(text, add_special_tokens=add_special_tokens))
+
+    def tokenize_chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        add_special_tokens: bool = False,
+    ) -> list[int]:
+        """A chat prompt's ids through the chat template: as many as its ``prompt_tokens`` by default."""
+        tokens = chat_prompt_tokens(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            add_special_tokens=add_special_tokens,
+        )
+        return VOCABULARY.ids(tokens)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [VOCABULARY.token(i) for i in ids]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return "".join(VOCABULARY.token(i) for i in ids)
 
     def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
         """The entry answering a (stripped) user message and its template variables."""
