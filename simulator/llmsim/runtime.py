@@ -13,9 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI
-
-from llmsim.api.app import create_app
+from llmsim.api.app import LlmsimApp, create_app
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
@@ -164,7 +162,7 @@ class Runtime:
     config: ModelsConfig
     script: Script
     state: ApiState
-    app: FastAPI
+    app: LlmsimApp
     metrics: MetricsHub
 
 
@@ -211,5 +209,5 @@ def build_runtime(
             await served.engine.stop()
 
     app = create_app(state, on_startup=start, on_shutdown=stop)
-    app.router.routes.extend(hub.routes())
+    app.add_page_routes(hub.routes())
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

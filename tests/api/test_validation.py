@@ -192,7 +192,13 @@ async def test_user_message_without_content_is_accepted_as_vllm_does(http: httpx
 
 
 async def test_405_names_the_allowed_methods(http: httpx.AsyncClient) -> None:
-    for path, allow in (("/v1/completions", "POST"), ("/v1/chat/completions", "POST")):
+    pairs = (
+        ("/v1/completions", "POST"),
+        ("/v1/chat/completions", "POST"),
+        ("/v1/models", "GET"),
+        ("/tokenize", "POST"),
+    )
+    for path, allow in pairs:
         r = await http.put(path)
         assert r.status_code == 405
         assert r.headers["allow"] == allow

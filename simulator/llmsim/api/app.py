@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from llmsim import __version__
 from llmsim.api import routes
 from llmsim.api.errors import APIError, api_error_handler
+from llmsim.api.openapi import add_request_schemas, request_body, responses
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
+from llmsim.api.response_models import (
+    ChatCompletionResponse,
+    CompletionResponse,
+    DetokenizeResponse,
+    LoadResponse,
+    ModelList,
+    TokenizeResponse,
+    VersionResponse,
+)
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
@@ -43,6 +62,49 @@ class LlmsimApp(FastAPI):
         super().__init__(**kwargs)
         self._now = now
         self._hot = dict(hot)
+        self._request_models: list[type[BaseModel]] = []
+
+    def add_json_route(
+        self,
+        path: str,
+        endpoint: Endpoint,
+        body: Sequence[type[BaseModel]],
+        response: type[BaseModel] | None,
+        *,
+        errors: Sequence[int] = (400, 404),
+        stream: bool = False,
+        summary: str | None = None,
+    ) -> None:
+        """A POST route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        self._request_models.extend(body)
+        self.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            summary=summary,
+            openapi_extra=request_body(*body),
+            responses=responses(response, errors=errors, stream=stream),
+        )
+
+    def add_page_routes(self, pages: Sequence[Route]) -> None:
+        """Routes of other layers (the metrics pages), listed in /openapi.json: one operation per method."""
+        for page in pages:
+            for method in sorted((page.methods or set()) - {"HEAD"}):
+                self.add_api_route(
+                    page.path,
+                    page.endpoint,
+                    methods=[method],
+                    name=f"{page.name}_{method.lower()}",
+                    description=page.endpoint.__doc__,
+                    responses={200: {"description": "OK"}},
+                )
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            document = super().openapi()
+            add_request_schemas(document, self._request_models)
+            self.openapi_schema = document
+        return self.openapi_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -101,14 +163,43 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
-    # Also routed here: the same endpoints when the fast path does not apply (another method: 405).
-    for path, endpoint in hot.items():
-        app.add_route(path, endpoint, methods=["POST"])
-    app.add_route("/v1/models", routes.list_models, methods=["GET"])
-    app.add_route("/health", routes.health, methods=["GET"])
-    app.add_route("/ping", routes.health, methods=["GET", "POST"])
-    app.add_route("/version", _version, methods=["GET"])
-    app.add_route("/load", _load_route(state), methods=["GET"])
+    # Also routed here: the same endpoints when the fast path does not apply (middleware, another method: 405).
+    app.add_json_route(
+        "/v1/chat/completions",
+        routes.chat_completions,
+        [ChatCompletionRequest],
+        ChatCompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Chat completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/completions",
+        routes.completions,
+        [CompletionRequest],
+        CompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Text completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/tokenize",
+        routes.tokenize,
+        [TokenizeCompletionRequest, TokenizeChatRequest],
+        TokenizeResponse,
+        summary="Token ids of a prompt or of chat messages (vLLM)",
+    )
+    app.add_json_route(
+        "/detokenize", routes.detokenize, [DetokenizeRequest], DetokenizeResponse, summary="Text of token ids (vLLM)"
+    )
+    app.add_api_route("/v1/models", routes.list_models, methods=["GET"], responses=responses(ModelList))
+    health = responses(None, description="Serving (empty body)")
+    app.add_api_route("/health", routes.health, methods=["GET"], responses=health)
+    # Two routes, as vLLM registers them (one OpenAPI operation each).
+    app.add_api_route("/ping", routes.health, methods=["GET"], responses=health, name="ping")
+    app.add_api_route("/ping", routes.health, methods=["POST"], responses=health, name="ping")
+    app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
+    app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
     return app
 
 

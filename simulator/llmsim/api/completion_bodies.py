@@ -103,7 +103,7 @@ def completion_body(
         text = "".join(tokens)
         finish = plan.finish_reason.value
         if chat:
-            message = {"role": "assistant", "content": text, "tool_calls": []}
+            message = {"role": "assistant", "content": text}
             choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish})
         else:
             choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish})

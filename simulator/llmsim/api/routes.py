@@ -1,4 +1,4 @@
-"""The OpenAI endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /health."""
+"""The endpoints: OpenAI's (/v1/chat/completions, /v1/completions, /v1/models) and vLLM's (/tokenize, /detokenize, /health)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -27,14 +27,21 @@ from llmsim.api.errors import (
     unsupported_media_type,
     validation_failed,
 )
-from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest, RequestInvalid
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    RequestInvalid,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
 from llmsim.api.served import ServedModel
 from llmsim.api.sse_response import SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
 from llmsim.engine.errors import EngineOverloaded, EngineStopped
 from llmsim.llm.errors import ContextLengthError
-from llmsim.types import GenerationPlan, GenerationRequest, RequestId
+from llmsim.types import GenerationPlan, GenerationRequest, Message, RequestId
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 T = TypeVar("T")
@@ -55,6 +62,11 @@ def _served(state: ApiState, model: str) -> ServedModel:
     if served is None:
         raise model_not_found(model)
     return served
+
+
+def _served_or_first(state: ApiState, model: str | None) -> ServedModel:
+    # vLLM: a request without `model` is for the (first) served model.
+    return _served(state, model) if model is not None else next(iter(state.models.values()))
 
 
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -262,3 +274,44 @@ async def list_models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return Response(status_code=200)
+
+
+class TokenizeRequest(RootModel[TokenizeCompletionRequest | TokenizeChatRequest]):
+    """vLLM's TokenizeRequest: a completions prompt or chat messages, told apart by their fields."""
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's ``POST /tokenize``: the prompt's token ids as the model would see them."""
+    state = _state(request)
+    body = (await parse_body(request, TokenizeRequest)).root
+    served = _served_or_first(state, body.model)
+    generator = served.generator
+    if isinstance(body, TokenizeChatRequest):
+        try:
+            messages = tuple(Message(m.role, m.text()) for m in body.messages)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        tokens = generator.tokenize_chat(
+            messages,
+            add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message,
+            add_special_tokens=body.add_special_tokens,
+        )
+    else:
+        tokens = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    ids = generator.token_ids(tokens)
+    token_strs = tokens if body.return_token_strs else None
+    return JSONResponse(
+        {"count": len(ids), "max_model_len": served.context_length, "tokens": ids, "token_strs": token_strs}
+    )
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's ``POST /detokenize``: the text of token ids."""
+    state = _state(request)
+    body = await parse_body(request, DetokenizeRequest)
+    served = _served_or_first(state, body.model)
+    top = max(body.tokens, default=-1)
+    if top >= served.generator.vocab_size:
+        raise APIError(400, f"Token id {top} is out of vocabulary")
+    return JSONResponse({"prompt": served.generator.detokenize(body.tokens)})

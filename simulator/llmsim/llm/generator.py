@@ -84,9 +84,9 @@ class Generator:
     def vocab_size(self) -> int:
         return VOCABULARY.size
 
-    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        """A completions prompt's ids (BOS first by default): as many as its ``prompt_tokens``."""
-        return VOCABULARY.ids(text_prompt_tokens(text, add_special_tokens=add_special_tokens))
+    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> list[str]:
+        """A completions prompt's tokens (BOS first by default): as many as its ``prompt_tokens``."""
+        return text_prompt_tokens(text, add_special_tokens=add_special_tokens)
 
     def tokenize_chat(
         self,
@@ -95,14 +95,16 @@ class Generator:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         add_special_tokens: bool = False,
-    ) -> list[int]:
-        """A chat prompt's ids through the chat template: as many as its ``prompt_tokens`` by default."""
-        tokens = chat_prompt_tokens(
+    ) -> list[str]:
+        """A chat prompt's tokens through the chat template: as many as its ``prompt_tokens`` by default."""
+        return chat_prompt_tokens(
             messages,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
             add_special_tokens=add_special_tokens,
         )
+
+    def token_ids(self, tokens: list[str]) -> list[int]:
         return VOCABULARY.ids(tokens)
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:

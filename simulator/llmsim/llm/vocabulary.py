@@ -4,8 +4,9 @@ The regex tokenizer (:mod:`llmsim.llm.tokenizer`) has an open vocabulary (any le
 token), so its ids are made, not learned, in a vocabulary of :data:`VOCAB_SIZE` ids (Llama 3's):
 
 - a table of common tokens with fixed ids from 0: ASCII characters with and without a leading
-  space, whitespace runs, digit groups, contractions, the filler's words and the chat roles in four
-  casings/spacings. Filler text and most short English round-trips through ids;
+  space, whitespace runs, digit groups, contractions, everyday words, the filler's words and the
+  chat roles (each as is and capitalized, with and without a leading space). Filler text and
+  much of everyday English round-trips through ids;
 - chat-template special tokens (:data:`BOS`, the header and end-of-turn markers) at the top;
 - every other token at a stable hash into the ids in between. Those cannot be turned back into
   text: :meth:`Vocabulary.token` renders them ``<|token_N|>``.
@@ -33,6 +34,8 @@ EOT = "<|eot_id|>"
 SPECIAL_TOKENS = (BOS, EOS, START_HEADER, END_HEADER, EOT)
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Everyday words of prompts and scripted answers, beyond the filler's.
+_COMMON = ["hello", "hi", "hey", "thanks", "thank", "please", "yes", "no", "ok", "okay", "sorry", "what", "why", "how", "who", "whom", "whose", "when", "where", "which", "i", "me", "my", "mine", "you", "your", "yours", "he", "him", "she", "we", "us", "our", "they", "them", "is", "am", "are", "was", "be", "been", "do", "does", "did", "done", "can", "could", "would", "should", "will", "shall", "might", "must", "have", "has", "had", "not", "don", "doesn", "didn", "isn", "aren", "won", "a", "an", "the", "this", "that", "these", "those", "there", "here", "it", "its", "of", "to", "in", "on", "at", "by", "for", "with", "from", "about", "into", "and", "or", "but", "if", "so", "because", "than", "then", "as", "like", "just", "also", "only", "very", "more", "most", "some", "any", "all", "each", "tell", "say", "said", "ask", "asked", "answer", "question", "help", "know", "think", "want", "need", "make", "get", "give", "take", "see", "look", "go", "come", "use", "try", "find", "write", "read", "explain", "describe", "show", "list", "name", "repeat", "after", "me", "story", "joke", "weather", "capital", "country", "city", "day", "today", "tomorrow", "time", "year", "number", "word", "text", "code", "data", "model", "good", "great", "bad", "new", "old", "big", "small", "first", "last", "next", "other", "same", "different", "right", "left", "true", "false", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "hundred", "thousand", "million"]
 _CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
 _PUNCTUATION_RUNS = ("...", "?!", "!!", '?"', '."', ',"', ").", "),", "):", '".', '",', "**", "--", "->", "==")
 
@@ -56,7 +59,7 @@ def _table() -> tuple[str, ...]:
     for p in _PUNCTUATION_RUNS:
         out[p] = None
         out[" " + p] = None
-    for word in (*_ROLES, *WORDS):
+    for word in (*_ROLES, *_COMMON, *WORDS):
         for form in (word, word.capitalize()):
             out[form] = None
             out[" " + form] = None
