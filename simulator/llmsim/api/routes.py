@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmsim.api.choice_events import merged_events
-from llmsim.api.completion_bodies import ChunkTemplates, completion_body
+from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
 from llmsim.api.errors import (
     APIError,
@@ -157,8 +157,30 @@ async def completions(request: Request) -> Response:
     body = await parse_body(request, CompletionRequest)
     served = _served(state, body.model)
     _check(body, served)
-    plans = _plan(served, body.to_generation_requests())
-    return await _respond(request, served, body, plans, arrival, chat=False)
+    requests = body.to_generation_requests()
+    plans = _plan(served, requests)
+    echo = _echo(served, requests, body.n) if body.echo else None
+    return await _respond(request, served, body, plans, arrival, chat=False, echo=echo)
+
+
+def _echo(served: ServedModel, requests: Sequence[GenerationRequest], n: int) -> list[Echo]:
+    """Per choice, its prompt as ``echo`` says it back: the text, and the tokens (for logprobs)."""
+    out: list[Echo] = []
+    generator = served.generator
+    for req in requests:
+        if req.prompt_token_ids is not None:
+            ids = req.prompt_token_ids
+            said = Echo(generator.detokenize(ids), tuple(generator.token_strings(ids)))
+        else:
+            text = req.messages[0].content
+            said = Echo(text, tuple(generator.tokenize_text(text)))
+        out += [said] * n
+    return out
+
+
+def _tool_call_id() -> str:
+    # vLLM's make_tool_call_id(): "chatcmpl-tool-" and a 16-hex random id.
+    return f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
 
 
 async def _respond(
@@ -169,8 +191,12 @@ async def _respond(
     arrival: float,
     *,
     chat: bool,
+    echo: list[Echo] | None = None,
 ) -> Response:
     now = _state(request).clock.now
+    logprobs = body.num_logprobs
+    named_tool = isinstance(body, ChatCompletionRequest) and body.named_tool is not None
+    tool_call_ids = [[_tool_call_id() for _ in p.tool_calls] for p in plans]
     request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
@@ -179,7 +205,20 @@ async def _respond(
         texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
         if texts is None:  # the client left; nobody reads this
             return Response(status_code=499)
-        return JSONResponse(completion_body(request_id, created, served.name, plans, texts, prompt_tokens, chat=chat))
+        whole = completion_body(
+            request_id,
+            created,
+            served.name,
+            plans,
+            texts,
+            prompt_tokens,
+            chat=chat,
+            logprobs=logprobs,
+            echo=echo,
+            named_tool=named_tool,
+            tool_call_ids=tool_call_ids,
+        )
+        return JSONResponse(whole)
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
         ChunkTemplates(request_id, created, served.name, chat=chat),
@@ -190,10 +229,14 @@ async def _respond(
         include_usage=body.include_usage,
         now=now,
         observe_lags=served.observe_lags,
+        logprobs=logprobs,
+        echo=echo,
+        named_tool=named_tool,
+        tool_call_ids=tool_call_ids,
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
-        return SSEResponse(streams[0], partial(stream.token, 0), stream, headers=SSE_HEADERS)
+        return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
     return SSEResponse(merged_events(streams), stream.merged, stream, headers=SSE_HEADERS)
 
 
