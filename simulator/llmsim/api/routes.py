@@ -40,7 +40,7 @@ from llmsim.api.sse_response import SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
 from llmsim.engine.errors import EngineOverloaded, EngineStopped
-from llmsim.llm.errors import ContextLengthError
+from llmsim.llm.errors import ContextLengthError, ResponseFormatError
 from llmsim.types import GenerationPlan, GenerationRequest, Message, RequestId
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -77,6 +77,8 @@ def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[Ge
             plans.extend(served.generator.generate(req))
         except ContextLengthError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
+        except ResponseFormatError as exc:
+            raise APIError(400, exc.message, param="response_format") from None
     return plans
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ContextLengthError"]
+__all__ = ["ContextLengthError", "ResponseFormatError"]
 
 
 class ContextLengthError(ValueError):
@@ -35,4 +35,19 @@ class ContextLengthError(ValueError):
             f"length is {context_length} tokens and your request has {prompt_tokens} input tokens "
             f"({max_tokens} > {context_length} - {prompt_tokens}).",
             "max_tokens",
+        )
+
+
+class ResponseFormatError(ValueError):
+    """``response_format`` asks for JSON and the script's answer is not JSON (a 400, ``param`` response_format)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @classmethod
+    def not_json(cls, entry_id: str) -> ResponseFormatError:
+        return cls(
+            f"response_format asks for JSON, but the scripted answer (responses.yml entry '{entry_id}') is not "
+            "JSON: give that entry a `json:` body, or match JSON requests with an entry that has one."
         )

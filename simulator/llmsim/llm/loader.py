@@ -12,6 +12,13 @@ File format::
       - id: weather       # required, unique
         match: {regex: 'weather in (?P<city>\\w+)', ignore_case: true}
         content: "It is sunny in {city}."     # or variants: [...] or synthetic: {tokens: [min, max]}
+      - id: weather-tool  # an answer that calls tools (when the request offers some)
+        match: {regex: 'forecast for (?P<city>\\w+)'}
+        tool_calls:       # each: name, arguments (a mapping; strings are templates)
+          - {name: get_weather, arguments: {city: "{city}", unit: celsius}}
+      - id: as-json       # a JSON answer (what response_format json_object asks for)
+        match: {starts_with: "JSON"}
+        json: {answer: "{last_user_message}", ok: true}
     default:              # required: a body, no match
       content: "..."
 
@@ -29,7 +36,20 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from llmsim.errors import ConfigError, parse_yaml
-from llmsim.llm.script import Body, Content, Entry, Match, MatchKind, Script, Synthetic, Variants
+from llmsim.llm.script import (
+    Body,
+    Content,
+    Entry,
+    JsonAnswer,
+    JsonTemplate,
+    Match,
+    MatchKind,
+    Script,
+    Synthetic,
+    ToolCalls,
+    ToolCallSpec,
+    Variants,
+)
 from llmsim.llm.template import Template, TemplateError
 
 __all__ = ["BUILTIN_VARIABLES", "EMBEDDED_RESPONSES", "load_responses", "parse_responses"]
@@ -41,7 +61,7 @@ BUILTIN_VARIABLES = frozenset({"last_user_message", "model"})
 DEFAULT_ID = "default"
 
 _TOP_KEYS = ("version", "seed", "responses", "default")
-_BODY_KEYS = ("content", "variants", "synthetic")
+_BODY_KEYS = ("content", "variants", "synthetic", "tool_calls", "json")
 _ENTRY_KEYS = ("id", "match", *_BODY_KEYS)
 _MATCH_KINDS = tuple(k.value for k in MatchKind)
 _MATCH_KEYS = (*_MATCH_KINDS, "ignore_case")
@@ -138,6 +158,10 @@ def _parse_body(check: _Checker, spec: dict[str, Any], known: frozenset[str]) ->
         check.fail(f"exactly one body of {', '.join(_BODY_KEYS)} is required ({found})")
     kind = bodies[0]
     raw = spec[kind]
+    if kind == "tool_calls":
+        return _parse_tool_calls(check, raw, known)
+    if kind == "json":
+        return JsonAnswer(_json_template(check, raw, "json", known))
     if kind == "content":
         return Content(check.template(raw, "content", known))
     if kind == "variants":
@@ -155,6 +179,40 @@ def _parse_body(check: _Checker, spec: dict[str, Any], known: frozenset[str]) ->
     if lo < 1 or lo > hi:
         check.fail(f"expected 1 <= min <= max, got [{lo}, {hi}]", "synthetic.tokens")
     return Synthetic(lo, hi)
+
+
+def _json_template(check: _Checker, raw: Any, field: str, known: frozenset[str]) -> JsonTemplate:
+    def walk(value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            return check.template(value, where, known)
+        if isinstance(value, dict):
+            return {str(k): walk(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        check.fail(f"expected a JSON value, got {_type_name(value)}", where)
+
+    return JsonTemplate(walk(raw, field))
+
+
+def _parse_tool_calls(check: _Checker, raw: Any, known: frozenset[str]) -> ToolCalls:
+    if not isinstance(raw, list) or not raw:
+        check.fail("expected a non-empty list of calls ({name, arguments})", "tool_calls")
+    calls = []
+    for i, item in enumerate(raw):
+        where = f"tool_calls[{i}]"
+        call = check.mapping(item, where, ("name", "arguments"))
+        if "name" not in call:
+            check.fail("required field is missing", f"{where}.name")
+        name = check.string(call["name"], f"{where}.name")
+        if not name:
+            check.fail("must not be empty", f"{where}.name")
+        arguments = call.get("arguments", {})
+        if not isinstance(arguments, dict):
+            check.fail(f"expected a mapping, got {_type_name(arguments)}", f"{where}.arguments")
+        calls.append(ToolCallSpec(name, _json_template(check, arguments, f"{where}.arguments", known)))
+    return ToolCalls(tuple(calls))
 
 
 def _entry_label(index: int, raw: Any) -> str:
