@@ -193,6 +193,7 @@ def build_runtime(
             created=created,
             info=built.info,
             observe_lags=metrics.observe_lags,
+            embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         )
     state = ApiState(models=models, clock=clock)
 

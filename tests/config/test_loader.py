@@ -78,6 +78,10 @@ models:
             "models[0] (name 'a'): field 'profile': unknown model profile",
         ),
         ("models: [{engine: fixed}]", "models[0]: field 'name': required field is missing"),
+        (
+            "models: [{name: a, engine: instant, embeddings: {dimensions: 0}}]",
+            "models[0] (name 'a'): field 'embeddings.dimensions': Input should be greater than 0",
+        ),
         ("models: [{name: a, engine: fixed}\n", "invalid YAML: line"),
         ("[1, 2]", "expected a mapping"),
     ],

@@ -23,6 +23,7 @@ from llmsim.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
@@ -30,6 +31,7 @@ from llmsim.api.response_models import (
     ChatCompletionResponse,
     CompletionResponse,
     DetokenizeResponse,
+    EmbeddingResponse,
     LoadResponse,
     ModelList,
     TokenizeResponse,
@@ -181,6 +183,14 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
         errors=(400, 404, 503),
         stream=True,
         summary="Text completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/embeddings",
+        routes.embeddings,
+        [EmbeddingRequest],
+        EmbeddingResponse,
+        errors=(400, 404, 501, 503),
+        summary="Embeddings (OpenAI), for models configured with `embeddings`",
     )
     app.add_json_route(
         "/tokenize",

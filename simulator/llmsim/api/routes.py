@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +33,7 @@ from llmsim.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     RequestInvalid,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
@@ -360,3 +363,66 @@ async def detokenize(request: Request) -> Response:
     if top >= served.generator.vocab_size:
         raise APIError(400, f"Token id {top} is out of vocabulary")
     return JSONResponse({"prompt": served.generator.detokenize(body.tokens)})
+
+
+async def embeddings(request: Request) -> Response:
+    """OpenAI's ``POST /v1/embeddings``: one deterministic unit vector per input, after its prefill on the engine."""
+    state = _state(request)
+    arrival = _arrival(request, state)
+    body = await parse_body(request, EmbeddingRequest)
+    served = _served_or_first(state, body.model)
+    dimensions = served.embedding_dimensions
+    if dimensions is None:
+        # vLLM's answer when the served model has no embedding task.
+        raise APIError(501, "The model does not support Embeddings API", err_type="NotImplementedError")
+    keep = body.dimensions
+    if keep is not None and not 1 <= keep <= dimensions:
+        raise APIError(400, f"Model '{served.name}' only supports dimensions in range [1, {dimensions}], got {keep}.")
+    generator = served.generator
+    inputs = body.texts_and_ids()
+    for item in inputs:
+        if isinstance(item, list):
+            if not item:
+                raise APIError(400, "The decoder prompt cannot be empty")
+            if max(item) >= generator.vocab_size:
+                raise APIError(400, f"Token id {max(item)} is out of vocabulary")
+    tokens = [
+        generator.token_strings(item)
+        if isinstance(item, list)
+        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)
+        for item in inputs
+    ]
+    try:
+        plans = [generator.embedding_plan(len(t)) for t in tokens]
+    except ContextLengthError as exc:
+        raise APIError(400, exc.message, param=exc.param) from None
+    request_id = "embd-" + uuid.uuid4().hex
+    ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
+    done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now), request)
+    if done is None:  # the client left; nobody reads this
+        return Response(status_code=499)
+    data = []
+    for i, toks in enumerate(tokens):
+        vector = generator.embed(toks, dimensions, keep)
+        encoded: list[float] | str = vector
+        if body.encoding_format == "base64":
+            # float32, little-endian: what OpenAI's client decodes (numpy's native order on x86 and ARM).
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"index": i, "object": "embedding", "embedding": encoded})
+    prompt_tokens = sum(len(t) for t in tokens)
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "completion_tokens_details": None,
+    }
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": "list",
+            "created": int(time.time()),
+            "model": served.name,
+            "data": data,
+            "usage": usage,
+        }
+    )

@@ -28,6 +28,15 @@ class ContextLengthError(ValueError):
         )
 
     @classmethod
+    def embedding_too_long(cls, context_length: int, prompt_tokens: int) -> ContextLengthError:
+        # vLLM's wording for an embedding input longer than the context.
+        return cls(
+            f"This model's maximum context length is {context_length} tokens. However, you requested "
+            f"{prompt_tokens} tokens in the input for embedding generation. Please reduce the length of the input.",
+            "input_tokens",
+        )
+
+    @classmethod
     def max_tokens_too_large(cls, context_length: int, prompt_tokens: int, max_tokens: int) -> ContextLengthError:
         # vLLM's OpenAI server wording (serving engine's input validation) for prompt + max_tokens.
         return cls(

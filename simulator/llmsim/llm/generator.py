@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from llmsim.llm.embedding import embed
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
 from llmsim.llm.filler import filler_tokens
 from llmsim.llm.matcher import Matcher
@@ -114,6 +115,18 @@ class Generator:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return "".join(VOCABULARY.token(i) for i in ids)
+
+    def embedding_plan(self, prompt_tokens: int) -> GenerationPlan:
+        """An embedding request's plan: its prompt is prefilled, nothing is generated. Raises :class:`ContextLengthError`."""
+        if prompt_tokens > self.context_length:
+            raise ContextLengthError.embedding_too_long(self.context_length, prompt_tokens)
+        return GenerationPlan(
+            prompt_tokens=prompt_tokens, tokens=(), finish_reason=FinishReason.STOP, entry_id="embedding"
+        )
+
+    def embed(self, tokens: Sequence[str], dimensions: int, keep: int | None = None) -> list[float]:
+        """The deterministic embedding of an input's tokens (:mod:`llmsim.llm.embedding`)."""
+        return embed(tokens, dimensions, keep)
 
     def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
         """The entry answering a (stripped) user message and its template variables."""
