@@ -102,6 +102,11 @@ async def test_token_ids_and_base64(http: httpx.AsyncClient) -> None:
     assert list(struct.unpack(f"<{len(raw) // 4}f", raw)) == pytest.approx(by_text, abs=1e-7)
 
 
+async def test_without_a_model_the_first_embedding_model_answers(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/embeddings", json={"input": "x"})
+    assert r.json()["model"] == "embed"
+
+
 async def test_dimensions_cut_and_renormalize(http: httpx.AsyncClient) -> None:
     full = (await embed(http, input="the river bridge"))["data"][0]["embedding"]
     cut = (await embed(http, input="the river bridge", dimensions=64))["data"][0]["embedding"]
@@ -121,7 +126,7 @@ async def test_dimensions_cut_and_renormalize(http: httpx.AsyncClient) -> None:
             "This model's maximum context length is 64 tokens. However, you requested 72 tokens in the input for "
             "embedding generation. Please reduce the length of the input.",
         ),
-        ({"model": "chat", "input": "x"}, 501, "The model does not support Embeddings API"),
+        ({"model": "chat", "input": "x"}, 404, "The model `chat` does not support the Embeddings API."),
         ({"model": "nope", "input": "x"}, 404, "The model `nope` does not exist."),
     ],
 )

@@ -43,6 +43,14 @@ Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
+# What the metrics pages (metrics/hub.py) answer, for /openapi.json: status and content type.
+_PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
+    ("/metrics", "GET"): (200, "text/plain"),
+    ("/metrics/summary", "GET"): (200, "application/json"),
+    ("/metrics/summary", "DELETE"): (204, None),
+}
+
+
 class LlmsimApp(FastAPI):
     """FastAPI, with the arrival stamp and the two completion routes in front of its middleware.
 
@@ -92,13 +100,19 @@ class LlmsimApp(FastAPI):
         """Routes of other layers (the metrics pages), listed in /openapi.json: one operation per method."""
         for page in pages:
             for method in sorted((page.methods or set()) - {"HEAD"}):
+                status, media_type = _PAGE_ANSWERS.get((page.path, method), (200, None))
+                answer: dict[str, Any] = {"description": "OK" if status == 200 else "Done, no content"}
+                if media_type is not None:
+                    answer["content"] = {media_type: {}}
                 self.add_api_route(
                     page.path,
                     page.endpoint,
                     methods=[method],
-                    name=f"{page.name}_{method.lower()}",
+                    name=f"{page.path.strip('/').replace('/', '_')}_{method.lower()}",
                     description=page.endpoint.__doc__,
-                    responses={200: {"description": "OK"}},
+                    response_class=Response,
+                    status_code=status,
+                    responses={status: answer},
                 )
 
     def openapi(self) -> dict[str, Any]:
@@ -189,7 +203,7 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
         routes.embeddings,
         [EmbeddingRequest],
         EmbeddingResponse,
-        errors=(400, 404, 501, 503),
+        errors=(400, 404, 503),
         summary="Embeddings (OpenAI), for models configured with `embeddings`",
     )
     app.add_json_route(
@@ -204,10 +218,13 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     )
     app.add_api_route("/v1/models", routes.list_models, methods=["GET"], responses=responses(ModelList))
     health = responses(None, description="Serving (empty body)")
-    app.add_api_route("/health", routes.health, methods=["GET"], responses=health)
+    # response_class Response: no body, so no content type is documented.
+    app.add_api_route("/health", routes.health, methods=["GET"], responses=health, response_class=Response)
     # Two routes, as vLLM registers them (one OpenAPI operation each).
-    app.add_api_route("/ping", routes.health, methods=["GET"], responses=health, name="ping")
-    app.add_api_route("/ping", routes.health, methods=["POST"], responses=health, name="ping")
+    for method in ("GET", "POST"):
+        app.add_api_route(
+            "/ping", routes.health, methods=[method], responses=health, name="ping", response_class=Response
+        )
     app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
     app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
     return app

@@ -18,8 +18,7 @@ from llmsim.api.response_models import ErrorResponse
 
 _ERROR_DESCRIPTIONS = {
     400: "The request is invalid (vLLM's validation errors and texts)",
-    404: "No such model",
-    501: "The model does not serve this API",
+    404: "No such model (or it does not serve this API)",
     503: "The model's waiting queue is full (Retry-After says when to retry) or it is not serving",
 }
 

@@ -370,11 +370,15 @@ async def embeddings(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
     body = await parse_body(request, EmbeddingRequest)
-    served = _served_or_first(state, body.model)
+    if body.model is None:
+        # No model named: the first that serves embeddings (vLLM's: the one served model).
+        served = next((m for m in state.models.values() if m.embedding_dimensions), next(iter(state.models.values())))
+    else:
+        served = _served(state, body.model)
     dimensions = served.embedding_dimensions
     if dimensions is None:
-        # vLLM's answer when the served model has no embedding task.
-        raise APIError(501, "The model does not support Embeddings API", err_type="NotImplementedError")
+        # NOTE: vLLM serving a generative model has no such route (404); a 404 in OpenAI's shape.
+        raise APIError(404, f"The model `{served.name}` does not support the Embeddings API.", param="model")
     keep = body.dimensions
     if keep is not None and not 1 <= keep <= dimensions:
         raise APIError(400, f"Model '{served.name}' only supports dimensions in range [1, {dimensions}], got {keep}.")
