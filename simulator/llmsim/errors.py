@@ -174,7 +174,8 @@ def _message(error: ErrorDetails, holders: Sequence[type[BaseModel]]) -> str:
     kind = error["type"]
     if kind in _EXPECTED:
         return f"expected {_EXPECTED[kind]}, got {type_name(error['input'])}"
-    fields = {name: info for holder in holders for name, info in holder.model_fields.items()}
+    # Keyed as the file spells them (a field's alias, when it has one).
+    fields = {info.alias or name: info for holder in holders for name, info in holder.model_fields.items()}
     if kind == "extra_forbidden":
         return f"unknown field (allowed: {', '.join(fields)})" if fields else "unknown field"
     if kind == "missing":

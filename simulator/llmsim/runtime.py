@@ -13,9 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI
-
-from llmsim.api.app import create_app
+from llmsim.api.app import LlmsimApp, create_app
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
@@ -159,7 +157,7 @@ class Runtime:
     config: ModelsConfig
     script: Script
     state: ApiState
-    app: FastAPI
+    app: LlmsimApp
     metrics: MetricsHub
 
 
@@ -191,6 +189,7 @@ def build_runtime(
             created=created,
             info=built.info,
             observe_lags=metrics.observe_lags,
+            embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         )
     state = ApiState(models=models, clock=clock, max_request_bytes=max_request_bytes)
 
@@ -207,5 +206,5 @@ def build_runtime(
             await served.engine.stop()
 
     app = create_app(state, on_startup=start, on_shutdown=stop)
-    app.router.routes.extend(hub.routes())
+    app.add_page_routes(hub.routes())
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

@@ -117,23 +117,40 @@ async def test_unknown_sampling_parameters_are_accepted(http: httpx.AsyncClient)
 
 
 @pytest.mark.parametrize(
-    ("body", "param"),
+    ("body", "err_type", "param", "message"),
     [
-        ({"model": "instant", "messages": []}, "messages"),
-        ({"model": "instant", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-        (chat("x", max_tokens=0), "max_tokens"),
-        (chat("x", n=0), "n"),
-        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        (
+            {"model": "instant", "messages": []},
+            "Bad Request",
+            "body.messages",
+            "1 validation error:\n  {'type': 'too_short'",
+        ),
+        (
+            {"model": "instant", "messages": [{"role": "wizard", "content": "x"}]},
+            "Bad Request",
+            "body.messages.0.role",
+            "1 validation error:\n  {'type': 'literal_error', 'loc': 'body.messages.0.role'",
+        ),
+        (
+            chat("x", max_tokens=0),
+            "BadRequestError",
+            "max_tokens",
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        ),
+        (chat("x", n=0), "BadRequestError", None, "n must be at least 1, got 0."),
+        ({"messages": [{"role": "user", "content": "x"}]}, "Bad Request", "body.model", "1 validation error:"),
     ],
 )
-async def test_validation_errors_are_400_with_param(http: httpx.AsyncClient, body: Any, param: str) -> None:
+async def test_validation_errors_are_400_with_vllm_type_and_param(
+    http: httpx.AsyncClient, body: Any, err_type: str, param: str | None, message: str
+) -> None:
     r = await http.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["type"] == "BadRequestError"
+    assert err["type"] == err_type
     assert err["code"] == 400
     assert err["param"] == param
-    assert err["message"].startswith("1 validation error:")
+    assert err["message"].startswith(message)
 
 
 async def test_image_parts_are_refused_by_a_text_model(http: httpx.AsyncClient) -> None:
@@ -156,6 +173,7 @@ async def test_unknown_route_and_method_are_openai_shaped(http: httpx.AsyncClien
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     r = await http.get("/v1/chat/completions")
     assert r.status_code == 405
+    assert r.headers["allow"] == "POST"
 
 
 async def test_added_middleware_also_sees_the_completion_routes(tmp_path: Path) -> None:

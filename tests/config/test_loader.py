@@ -98,6 +98,10 @@ models:
         ),
         ("models: [{name: a, engine: fixed}\n", "invalid YAML: line 2, column 1"),
         ("models: [{name: a, engine: 'fi\x07xed'}]", "invalid YAML: line 1, column 31: unacceptable character #x0007"),
+        (
+            "models: [{name: a, engine: instant, embeddings: {dimensions: 0}}]",
+            "models[0] (name 'a'): field 'embeddings.dimensions': Input should be greater than 0",
+        ),
         ("[1, 2]", "expected a mapping"),
         ("", "expected a mapping with a 'models' list"),
     ],

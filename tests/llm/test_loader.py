@@ -8,7 +8,7 @@ import pytest
 
 from llmsim.errors import ConfigError
 from llmsim.llm import EMBEDDED_RESPONSES, load_responses, parse_responses
-from llmsim.llm.script import Content, MatchKind, Synthetic, Variants
+from llmsim.llm.script import Content, JsonAnswer, MatchKind, Synthetic, ToolCalls, Variants
 
 
 def test_embedded_default_has_every_kind_of_entry() -> None:
@@ -17,7 +17,7 @@ def test_embedded_default_has_every_kind_of_entry() -> None:
     kinds = {e.match.kind for e in script.entries if e.match is not None}
     assert kinds == set(MatchKind)
     bodies = {type(e.body) for e in script.entries}
-    assert bodies == {Content, Variants, Synthetic}
+    assert bodies == {Content, Variants, Synthetic, JsonAnswer, ToolCalls}
     assert any(e.match is not None and e.match.regex is not None and e.match.regex.groupindex for e in script.entries)
     assert script.default.id == "default"
 
@@ -88,20 +88,20 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, mtch: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "mtch",
-            "unknown field (allowed: id, match, content, variants, synthetic)",
+            "unknown field (allowed: id, match, content, variants, synthetic, tool_calls, json)",
         ),
         (
             "responses: [{id: a, match: {exact: a}, content: x, colour: red}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "colour",
-            "unknown field (allowed: id, match, content, variants, synthetic)",
+            "unknown field (allowed: id, match, content, variants, synthetic, tool_calls, json)",
         ),
         # Without any body, a misspelt body is named in the message.
         (
             "responses: [{id: a, match: {exact: a}, contnet: x}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             None,
-            "exactly one body of content, variants, synthetic is required (got none; unknown field 'contnet')",
+            "exactly one body of content, variants, synthetic, tool_calls, json is required (got none; unknown field 'contnet')",
         ),
         (
             "responses: [{id: a, match: 3, content: x}]\n" + GOOD_DEFAULT,
@@ -189,7 +189,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exact: a}}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             None,
-            "exactly one body of content, variants, synthetic is required (got none)",
+            "exactly one body of content, variants, synthetic, tool_calls, json is required (got none)",
         ),
         (
             "responses: [{id: a, match: {exact: a}, content: x, variants: [y]}]\n" + GOOD_DEFAULT,
@@ -276,7 +276,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "default: {match: {exact: a}, content: x}\n",
             "default",
             "match",
-            "unknown field (allowed: content, variants, synthetic)",
+            "unknown field (allowed: content, variants, synthetic, tool_calls, json)",
         ),
         ("default:\n", "default", None, "expected a mapping, got null"),
         ("default: {content: '{city}'}\n", "default", "content", "unknown template variable 'city'"),
@@ -334,3 +334,57 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_responses(path)
     assert str(exc.value) == f"{path}: not UTF-8 text: invalid continuation byte at byte 23 (line 2, column 15)"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ("responses: [{id: a, match: {exact: a}, tool_calls: []}]\n", "tool_calls", "expected a non-empty list"),
+        ("responses: [{id: a, match: {exact: a}, tool_calls: [{arguments: {}}]}]\n", "tool_calls[0].name", "required"),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: ''}]}]\n",
+            "tool_calls[0].name",
+            "must not be empty",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, arguments: [1]}]}]\n",
+            "tool_calls[0].arguments",
+            "expected a mapping",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, args: {}}]}]\n",
+            "tool_calls[0].args",
+            "unknown field",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, arguments: {c: '{city}'}}]}]\n",
+            "tool_calls[0].arguments.c",
+            "unknown template variable 'city'",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, json: {x: [1, '{nope}']}}]\n",
+            "json.x[1]",
+            "unknown template variable 'nope'",
+        ),
+        ("responses: [{id: a, match: {exact: a}, json: {a: 1}, content: x}]\n", None, "exactly one body"),
+    ],
+)
+def test_tool_call_and_json_bodies_are_checked(text: str, field: str | None, message: str) -> None:
+    exc = error(text + GOOD_DEFAULT)
+    assert (exc.entry, exc.field) == ("responses[0] (id 'a')", field)
+    assert message in exc.message
+
+
+def test_tool_call_and_json_bodies_render_templates_into_json() -> None:
+    script = parse_responses(
+        "responses:\n"
+        "  - {id: t, match: {regex: 'in (?P<city>\\w+)'}, tool_calls: [{name: f, arguments: {city: '{city}', n: 2}}]}\n"
+        "  - {id: j, match: {exact: j}, json: {said: '{last_user_message}', list: [true, null, 1.5]}}\n" + GOOD_DEFAULT,
+        "f",
+    )
+    calls, answer = script.entries[0].body, script.entries[1].body
+    assert isinstance(calls, ToolCalls)
+    assert isinstance(answer, JsonAnswer)
+    assert calls.calls[0].name == "f"
+    assert calls.calls[0].arguments.render({"city": 'Pa"ris'}) == '{"city": "Pa\\"ris", "n": 2}'
+    assert answer.value.render({"last_user_message": "j"}) == '{"said": "j", "list": [true, null, 1.5]}'

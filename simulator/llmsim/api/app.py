@@ -3,23 +3,52 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
 from llmsim.api import routes
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
+from llmsim.api.openapi import add_request_schemas, request_body, responses
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
+from llmsim.api.response_models import (
+    ChatCompletionResponse,
+    CompletionResponse,
+    DetokenizeResponse,
+    EmbeddingResponse,
+    LoadResponse,
+    ModelList,
+    TokenizeResponse,
+    VersionResponse,
+)
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+# What the metrics pages (metrics/hub.py) answer, for /openapi.json: status and content type.
+_PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
+    ("/metrics", "GET"): (200, "text/plain"),
+    ("/metrics/summary", "GET"): (200, "application/json"),
+    ("/metrics/summary", "DELETE"): (204, None),
+}
 
 
 class LlmsimApp(FastAPI):
@@ -46,6 +75,55 @@ class LlmsimApp(FastAPI):
         self._now = now
         self._hot = dict(hot)
         self._max_request_bytes = max_request_bytes
+        self._request_models: list[type[BaseModel]] = []
+
+    def add_json_route(
+        self,
+        path: str,
+        endpoint: Endpoint,
+        body: Sequence[type[BaseModel]],
+        response: type[BaseModel] | None,
+        *,
+        errors: Sequence[int] = (400, 404),
+        stream: bool = False,
+        summary: str | None = None,
+    ) -> None:
+        """A POST route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        self._request_models.extend(body)
+        self.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            summary=summary,
+            openapi_extra=request_body(*body),
+            responses=responses(response, errors=errors, stream=stream),
+        )
+
+    def add_page_routes(self, pages: Sequence[Route]) -> None:
+        """Routes of other layers (the metrics pages), listed in /openapi.json: one operation per method."""
+        for page in pages:
+            for method in sorted((page.methods or set()) - {"HEAD"}):
+                status, media_type = _PAGE_ANSWERS.get((page.path, method), (200, None))
+                answer: dict[str, Any] = {"description": "OK" if status == 200 else "Done, no content"}
+                if media_type is not None:
+                    answer["content"] = {media_type: {}}
+                self.add_api_route(
+                    page.path,
+                    page.endpoint,
+                    methods=[method],
+                    name=f"{page.path.strip('/').replace('/', '_')}_{method.lower()}",
+                    description=page.endpoint.__doc__,
+                    response_class=Response,
+                    status_code=status,
+                    responses={status: answer},
+                )
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            document = super().openapi()
+            add_request_schemas(document, self._request_models)
+            self.openapi_schema = document
+        return self.openapi_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -110,7 +188,8 @@ def _capped(receive: Receive, limit: int) -> Receive:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    err = APIError(exc.status_code, str(exc.detail))
+    # Starlette's 405 carries the route's methods in an Allow header (RFC 9110 requires it).
+    err = APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers) if exc.headers else None)
     return err.response()
 
 
@@ -141,14 +220,54 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
-    # Also routed here: the same endpoints when the fast path does not apply (another method: 405).
-    for path, endpoint in hot.items():
-        app.add_route(path, endpoint, methods=["POST"])
-    app.add_route("/v1/models", routes.list_models, methods=["GET"])
-    app.add_route("/health", routes.health, methods=["GET"])
-    app.add_route("/ping", routes.health, methods=["GET", "POST"])
-    app.add_route("/version", _version, methods=["GET"])
-    app.add_route("/load", _load_route(state), methods=["GET"])
+    # Also routed here: the same endpoints when the fast path does not apply (middleware, another method: 405).
+    app.add_json_route(
+        "/v1/chat/completions",
+        routes.chat_completions,
+        [ChatCompletionRequest],
+        ChatCompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Chat completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/completions",
+        routes.completions,
+        [CompletionRequest],
+        CompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Text completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/embeddings",
+        routes.embeddings,
+        [EmbeddingRequest],
+        EmbeddingResponse,
+        errors=(400, 404, 503),
+        summary="Embeddings (OpenAI), for models configured with `embeddings`",
+    )
+    app.add_json_route(
+        "/tokenize",
+        routes.tokenize,
+        [TokenizeCompletionRequest, TokenizeChatRequest],
+        TokenizeResponse,
+        summary="Token ids of a prompt or of chat messages (vLLM)",
+    )
+    app.add_json_route(
+        "/detokenize", routes.detokenize, [DetokenizeRequest], DetokenizeResponse, summary="Text of token ids (vLLM)"
+    )
+    app.add_api_route("/v1/models", routes.list_models, methods=["GET"], responses=responses(ModelList))
+    health = responses(None, description="Serving (empty body)")
+    # response_class Response: no body, so no content type is documented.
+    app.add_api_route("/health", routes.health, methods=["GET"], responses=health, response_class=Response)
+    # Two routes, as vLLM registers them (one OpenAPI operation each).
+    for method in ("GET", "POST"):
+        app.add_api_route(
+            "/ping", routes.health, methods=[method], responses=health, name="ping", response_class=Response
+        )
+    app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
+    app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
     return app
 
 

@@ -1,31 +1,50 @@
-"""The OpenAI endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /health."""
+"""The endpoints: OpenAI's (/v1/chat/completions, /v1/completions, /v1/models) and vLLM's (/tokenize, /detokenize, /health)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmsim.api.choice_events import merged_events
-from llmsim.api.completion_bodies import ChunkTemplates, completion_body
+from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
-from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
-from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest
+from llmsim.api.errors import (
+    APIError,
+    from_validation_error,
+    invalid_json,
+    model_not_found,
+    overloaded,
+    unsupported_media_type,
+    validation_failed,
+)
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    RequestInvalid,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
 from llmsim.api.served import ServedModel
 from llmsim.api.sse_response import SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
 from llmsim.engine.errors import EngineOverloaded, EngineStopped
-from llmsim.llm.errors import ContextLengthError
-from llmsim.types import GenerationPlan, GenerationRequest, RequestId
+from llmsim.llm.errors import ContextLengthError, ResponseFormatError
+from llmsim.types import GenerationPlan, GenerationRequest, Message, RequestId
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 T = TypeVar("T")
@@ -48,6 +67,11 @@ def _served(state: ApiState, model: str) -> ServedModel:
     return served
 
 
+def _served_or_first(state: ApiState, model: str | None) -> ServedModel:
+    # vLLM: a request without `model` is for the (first) served model.
+    return _served(state, model) if model is not None else next(iter(state.models.values()))
+
+
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
     """Run the generator (context checks first); one flat list of plans, choice index = position."""
     plans: list[GenerationPlan] = []
@@ -56,6 +80,8 @@ def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[Ge
             plans.extend(served.generator.generate(req))
         except ContextLengthError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
+        except ResponseFormatError as exc:
+            raise APIError(400, exc.message, param="response_format") from None
     return plans
 
 
@@ -71,21 +97,57 @@ async def _submit(
         raise APIError(503, f"The model is not serving: {exc}.") from None
 
 
-async def _parse(request: Request, model_cls: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def bad_request(exc: RequestInvalid) -> APIError:
+    """vLLM's answer to its VLLMValidationError: 400 BadRequestError, the parameter as ``param``."""
+    return APIError(400, str(exc), param=exc.parameter)
+
+
+async def parse_body(request: Request, model_cls: type[M]) -> M:
+    """The JSON body as ``model_cls``, or vLLM's 400 (content type, JSON syntax, fields, its own checks).
+
+    As vLLM (FastAPI): a body without a content type is parsed first (bad JSON is reported as
+    such), then refused for its missing type; any type other than application/json is refused
+    before parsing.
+    """
+    content_type = request.headers.get("content-type")
     body = await request.body()
+    if content_type is not None and content_type.split(";", 1)[0].strip().lower() != "application/json":
+        raise unsupported_media_type()
+    if not body:
+        raise validation_failed([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    # NOTE: json, then the model in Python mode, as FastAPI does for vLLM: pydantic's JSON mode
+    # words some errors differently ("a valid array" for "a valid list").
     try:
-        return model_cls.model_validate_json(body)
+        data = json.loads(body)
+    except ValueError:
+        raise invalid_json(body) from None
+    try:
+        parsed = model_cls.model_validate(data)
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise APIError(400, "Invalid JSON body: " + exc.errors()[0]["msg"]) from None
         raise from_validation_error(exc) from None
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
+    if content_type is None:
+        raise unsupported_media_type()
+    return parsed
+
+
+def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel) -> None:
+    try:
+        body.check(vocab_size=served.generator.vocab_size)
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
 
 
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
+    body = await parse_body(request, ChatCompletionRequest)
     served = _served(state, body.model)
+    _check(body, served)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
@@ -97,10 +159,33 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: CompletionRequest = await _parse(request, CompletionRequest)
+    body = await parse_body(request, CompletionRequest)
     served = _served(state, body.model)
-    plans = _plan(served, body.to_generation_requests())
-    return await _respond(request, served, body, plans, arrival, chat=False)
+    _check(body, served)
+    requests = body.to_generation_requests()
+    plans = _plan(served, requests)
+    echo = _echo(served, requests, body.n) if body.echo else None
+    return await _respond(request, served, body, plans, arrival, chat=False, echo=echo)
+
+
+def _echo(served: ServedModel, requests: Sequence[GenerationRequest], n: int) -> list[Echo]:
+    """Per choice, its prompt as ``echo`` says it back: the text, and the tokens (for logprobs)."""
+    out: list[Echo] = []
+    generator = served.generator
+    for req in requests:
+        if req.prompt_token_ids is not None:
+            ids = req.prompt_token_ids
+            said = Echo(generator.detokenize(ids), tuple(generator.token_strings(ids)))
+        else:
+            text = req.messages[0].content
+            said = Echo(text, tuple(generator.tokenize_text(text)))
+        out += [said] * n
+    return out
+
+
+def _tool_call_id() -> str:
+    # vLLM's make_tool_call_id(): "chatcmpl-tool-" and a 16-hex random id.
+    return f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
 
 
 async def _respond(
@@ -111,8 +196,12 @@ async def _respond(
     arrival: float,
     *,
     chat: bool,
+    echo: list[Echo] | None = None,
 ) -> Response:
     now = _state(request).clock.now
+    logprobs = body.num_logprobs
+    named_tool = isinstance(body, ChatCompletionRequest) and body.named_tool is not None
+    tool_call_ids = [[_tool_call_id() for _ in p.tool_calls] for p in plans]
     request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
@@ -121,7 +210,20 @@ async def _respond(
         texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
         if texts is None:  # the client left; nobody reads this
             return Response(status_code=499)
-        return JSONResponse(completion_body(request_id, created, served.name, plans, texts, prompt_tokens, chat=chat))
+        whole = completion_body(
+            request_id,
+            created,
+            served.name,
+            plans,
+            texts,
+            prompt_tokens,
+            chat=chat,
+            logprobs=logprobs,
+            echo=echo,
+            named_tool=named_tool,
+            tool_call_ids=tool_call_ids,
+        )
+        return JSONResponse(whole)
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
         ChunkTemplates(request_id, created, served.name, chat=chat),
@@ -132,10 +234,14 @@ async def _respond(
         include_usage=body.include_usage,
         now=now,
         observe_lags=served.observe_lags,
+        logprobs=logprobs,
+        echo=echo,
+        named_tool=named_tool,
+        tool_call_ids=tool_call_ids,
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
-        return SSEResponse(streams[0], partial(stream.token, 0), stream, headers=SSE_HEADERS)
+        return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
     return SSEResponse(merged_events(streams), stream.merged, stream, headers=SSE_HEADERS)
 
 
@@ -216,3 +322,111 @@ async def list_models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return Response(status_code=200)
+
+
+class TokenizeRequest(RootModel[TokenizeCompletionRequest | TokenizeChatRequest]):
+    """vLLM's TokenizeRequest: a completions prompt or chat messages, told apart by their fields."""
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's ``POST /tokenize``: the prompt's token ids as the model would see them."""
+    state = _state(request)
+    body = (await parse_body(request, TokenizeRequest)).root
+    served = _served_or_first(state, body.model)
+    generator = served.generator
+    if isinstance(body, TokenizeChatRequest):
+        try:
+            messages = tuple(Message(m.role, m.text()) for m in body.messages)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        tokens = generator.tokenize_chat(
+            messages,
+            add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message,
+            add_special_tokens=body.add_special_tokens,
+        )
+    else:
+        tokens = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    ids = generator.token_ids(tokens)
+    token_strs = tokens if body.return_token_strs else None
+    return JSONResponse(
+        {"count": len(ids), "max_model_len": served.context_length, "tokens": ids, "token_strs": token_strs}
+    )
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's ``POST /detokenize``: the text of token ids."""
+    state = _state(request)
+    body = await parse_body(request, DetokenizeRequest)
+    served = _served_or_first(state, body.model)
+    top = max(body.tokens, default=-1)
+    if top >= served.generator.vocab_size:
+        raise APIError(400, f"Token id {top} is out of vocabulary")
+    return JSONResponse({"prompt": served.generator.detokenize(body.tokens)})
+
+
+async def embeddings(request: Request) -> Response:
+    """OpenAI's ``POST /v1/embeddings``: one deterministic unit vector per input, after its prefill on the engine."""
+    state = _state(request)
+    arrival = _arrival(request, state)
+    body = await parse_body(request, EmbeddingRequest)
+    if body.model is None:
+        # No model named: the first that serves embeddings (vLLM's: the one served model).
+        served = next((m for m in state.models.values() if m.embedding_dimensions), next(iter(state.models.values())))
+    else:
+        served = _served(state, body.model)
+    dimensions = served.embedding_dimensions
+    if dimensions is None:
+        # NOTE: vLLM serving a generative model has no such route (404); a 404 in OpenAI's shape.
+        raise APIError(404, f"The model `{served.name}` does not support the Embeddings API.", param="model")
+    keep = body.dimensions
+    if keep is not None and not 1 <= keep <= dimensions:
+        raise APIError(400, f"Model '{served.name}' only supports dimensions in range [1, {dimensions}], got {keep}.")
+    generator = served.generator
+    inputs = body.texts_and_ids()
+    for item in inputs:
+        if isinstance(item, list):
+            if not item:
+                raise APIError(400, "The decoder prompt cannot be empty")
+            if max(item) >= generator.vocab_size:
+                raise APIError(400, f"Token id {max(item)} is out of vocabulary")
+    tokens = [
+        generator.token_strings(item)
+        if isinstance(item, list)
+        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)
+        for item in inputs
+    ]
+    try:
+        plans = [generator.embedding_plan(len(t)) for t in tokens]
+    except ContextLengthError as exc:
+        raise APIError(400, exc.message, param=exc.param) from None
+    request_id = "embd-" + uuid.uuid4().hex
+    ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
+    done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now), request)
+    if done is None:  # the client left; nobody reads this
+        return Response(status_code=499)
+    data = []
+    for i, toks in enumerate(tokens):
+        vector = generator.embed(toks, dimensions, keep)
+        encoded: list[float] | str = vector
+        if body.encoding_format == "base64":
+            # float32, little-endian: what OpenAI's client decodes (numpy's native order on x86 and ARM).
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"index": i, "object": "embedding", "embedding": encoded})
+    prompt_tokens = sum(len(t) for t in tokens)
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "completion_tokens_details": None,
+    }
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": "list",
+            "created": int(time.time()),
+            "model": served.name,
+            "data": data,
+            "usage": usage,
+        }
+    )

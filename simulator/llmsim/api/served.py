@@ -48,3 +48,5 @@ class ServedModel:
     info: EngineInfo
     # Receives the release lags of one request's tokens, in one call per request.
     observe_lags: Callable[[Sequence[float]], None] = _drop
+    # Length of the vectors /v1/embeddings answers with; None: the model serves no embeddings.
+    embedding_dimensions: int | None = None

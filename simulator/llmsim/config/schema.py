@@ -74,6 +74,12 @@ class Efficiency(_Section):
     memory: Fraction = 1.0
 
 
+class Embeddings(_Section):
+    """The model answers /v1/embeddings with vectors of this many dimensions."""
+
+    dimensions: PositiveInt
+
+
 class ModelConfig(_Section):
     name: Annotated[str, Field(min_length=1)]
     engine: EngineName
@@ -89,6 +95,8 @@ class ModelConfig(_Section):
     efficiency: Efficiency = Efficiency()
     # Also expose deprecated metric names some routers still read (vllm:gpu_cache_usage_perc, ...).
     legacy_metrics: bool = False
+    # Set: the model also serves /v1/embeddings.
+    embeddings: Embeddings | None = None
 
 
 class ModelsConfig(_Section):

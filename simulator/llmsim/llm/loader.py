@@ -14,6 +14,13 @@ File format::
       - id: weather       # required, unique
         match: {regex: 'weather in (?P<city>\\w+)', ignore_case: true}
         content: "It is sunny in {city}."     # or variants: [...] or synthetic: {tokens: [min, max]}
+      - id: weather-tool  # an answer that calls tools (when the request offers some)
+        match: {regex: 'forecast for (?P<city>\\w+)'}
+        tool_calls:       # each: name, arguments (a mapping; strings are templates)
+          - {name: get_weather, arguments: {city: "{city}", unit: celsius}}
+      - id: as-json       # a JSON answer (what response_format json_object asks for)
+        match: {starts_with: "JSON"}
+        json: {answer: "{last_user_message}", ok: true}
     default:              # required: a body, no match
       content: "..."
 

@@ -3,7 +3,10 @@
 Validation is strict (YAML already types its values: ``'3'`` is no seed, ``yes please`` no
 boolean). Regexes and templates are compiled while validating, so an unknown template variable or
 a bad regex fails at load, located at its field like any other error. A response body is a tagged
-union keyed by which body field is present (``content``, ``variants`` or ``synthetic``).
+union keyed by which body field is present (``content``, ``variants``, ``synthetic``,
+``tool_calls`` or ``json``). The templates inside a JSON value (``json``, a tool call's
+``arguments``) are compiled when the file is compiled, and a bad one is reported at its own path
+(``tool_calls[0].arguments.city``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     PlainValidator,
     Tag,
     ValidationInfo,
@@ -25,8 +29,21 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from llmsim.errors import type_name
-from llmsim.llm.script import Content, Entry, Match, MatchKind, Script, Synthetic, Variants
+from llmsim.errors import ConfigError, entry_label, type_name
+from llmsim.llm.script import (
+    Body,
+    Content,
+    Entry,
+    JsonAnswer,
+    JsonTemplate,
+    Match,
+    MatchKind,
+    Script,
+    Synthetic,
+    ToolCalls,
+    ToolCallSpec,
+    Variants,
+)
 from llmsim.llm.template import Template, TemplateError
 
 __all__ = ["BUILTIN_VARIABLES", "DEFAULT_ID", "ResponsesFile"]
@@ -36,7 +53,7 @@ BUILTIN_VARIABLES = frozenset({"last_user_message", "model"})
 #: plan.entry_id of the default body; no entry may take it.
 DEFAULT_ID = "default"
 
-_BODY_KINDS = ("content", "variants", "synthetic")
+_BODY_KINDS = ("content", "variants", "synthetic", "tool_calls", "json")
 
 
 class _Spec(BaseModel):
@@ -150,26 +167,88 @@ class SyntheticTokens(_Spec):
     tokens: Annotated[list[int], BeforeValidator(_token_range), AfterValidator(_ordered_range)]
 
 
+class _TemplateAt(Exception):
+    """A template inside a JSON value that does not compile, at ``path`` inside the entry."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _json_template(value: JsonValue, path: str, known: frozenset[str]) -> JsonTemplate:
+    """A JSON value whose strings become templates over ``known`` variables."""
+
+    def walk(v: JsonValue, where: str) -> Any:
+        if isinstance(v, str):
+            try:
+                return Template(v, known)
+            except TemplateError as exc:
+                raise _TemplateAt(where, str(exc)) from None
+        if isinstance(v, dict):
+            return {k: walk(x, f"{where}.{k}") for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    return JsonTemplate(walk(value, path))
+
+
 class ContentSpec(_Spec):
     content: _Template
 
-    def compile(self) -> Content:
+    def compile(self, known: frozenset[str]) -> Content:
         return Content(self.content)
 
 
 class VariantsSpec(_Spec):
     variants: Annotated[list[_Template], Field(min_length=1)]
 
-    def compile(self) -> Variants:
+    def compile(self, known: frozenset[str]) -> Variants:
         return Variants(tuple(self.variants))
 
 
 class SyntheticSpec(_Spec):
     synthetic: SyntheticTokens
 
-    def compile(self) -> Synthetic:
+    def compile(self, known: frozenset[str]) -> Synthetic:
         lo, hi = self.synthetic.tokens
         return Synthetic(lo, hi)
+
+
+def _non_empty(value: str) -> str:
+    if not value:
+        raise _invalid("name_empty", "must not be empty")
+    return value
+
+
+class ToolCallModel(_Spec):
+    """One call of a ``tool_calls`` answer: the function's name and its arguments (strings are templates)."""
+
+    name: Annotated[str, AfterValidator(_non_empty)]
+    arguments: dict[str, JsonValue] = {}
+
+
+class ToolCallsSpec(_Spec):
+    tool_calls: Annotated[list[ToolCallModel], Field(min_length=1)]
+
+    def compile(self, known: frozenset[str]) -> ToolCalls:
+        return ToolCalls(
+            tuple(
+                ToolCallSpec(call.name, _json_template(call.arguments, f"tool_calls[{i}].arguments", known))
+                for i, call in enumerate(self.tool_calls)
+            )
+        )
+
+
+class JsonSpec(_Spec):
+    """A JSON answer (what ``response_format: json_object`` asks for); its strings are templates."""
+
+    # Aliased: a field named ``json`` would shadow BaseModel.json.
+    json_answer: JsonValue = Field(alias="json")
+
+    def compile(self, known: frozenset[str]) -> JsonAnswer:
+        return JsonAnswer(_json_template(self.json_answer, "json", known))
 
 
 def _entry_id(value: str) -> str:
@@ -198,6 +277,14 @@ class SyntheticEntry(SyntheticSpec, _EntryHead):
     pass
 
 
+class ToolCallsEntry(ToolCallsSpec, _EntryHead):
+    pass
+
+
+class JsonEntry(JsonSpec, _EntryHead):
+    pass
+
+
 def _body_kind(value: Any) -> str | None:
     """The union tag: the one body field present (checked before by :func:`_one_body`)."""
     return next((k for k in _BODY_KINDS if k in value), None) if isinstance(value, dict) else None
@@ -222,14 +309,18 @@ def _one_body(head: tuple[str, ...]) -> BeforeValidator:
 _EntrySpec = Annotated[
     Annotated[ContentEntry, Tag("content")]
     | Annotated[VariantsEntry, Tag("variants")]
-    | Annotated[SyntheticEntry, Tag("synthetic")],
+    | Annotated[SyntheticEntry, Tag("synthetic")]
+    | Annotated[ToolCallsEntry, Tag("tool_calls")]
+    | Annotated[JsonEntry, Tag("json")],
     Discriminator(_body_kind),
     _one_body(("id", "match")),
 ]
 _BodySpec = Annotated[
     Annotated[ContentSpec, Tag("content")]
     | Annotated[VariantsSpec, Tag("variants")]
-    | Annotated[SyntheticSpec, Tag("synthetic")],
+    | Annotated[SyntheticSpec, Tag("synthetic")]
+    | Annotated[ToolCallsSpec, Tag("tool_calls")]
+    | Annotated[JsonSpec, Tag("json")],
     Discriminator(_body_kind),
     _one_body(()),
 ]
@@ -257,8 +348,26 @@ class ResponsesFile(_Spec):
     default: _BodySpec = Field(description="the body used when nothing matches")
 
     def compile(self, file: str) -> Script:
-        """The script the generator serves (entry ids are checked unique by the loader)."""
-        entries = tuple(Entry(e.id, e.match.compile(), e.compile()) for e in self.responses)
-        return Script(
-            file=file, seed=self.seed, entries=entries, default=Entry(DEFAULT_ID, None, self.default.compile())
-        )
+        """The script the generator serves (entry ids are checked unique by the loader).
+
+        Raises ConfigError for a template inside a JSON value that does not compile.
+        """
+        entries = []
+        for i, e in enumerate(self.responses):
+            match = e.match.compile()
+            known = BUILTIN_VARIABLES | frozenset(match.regex.groupindex if match.regex is not None else ())
+            entries.append(Entry(e.id, match, _compile_body(e, known, file, entry_label("responses", i, "id", e.id))))
+        default = Entry(DEFAULT_ID, None, _compile_body(self.default, BUILTIN_VARIABLES, file, DEFAULT_ID))
+        return Script(file=file, seed=self.seed, entries=tuple(entries), default=default)
+
+
+def _compile_body(
+    spec: ContentSpec | VariantsSpec | SyntheticSpec | ToolCallsSpec | JsonSpec,
+    known: frozenset[str],
+    file: str,
+    label: str,
+) -> Body:
+    try:
+        return spec.compile(known)
+    except _TemplateAt as exc:
+        raise ConfigError(file, exc.message, entry=label, field=exc.path) from None
