@@ -53,6 +53,24 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Pacing:
+    """A change to when one request's tokens leave, in plain numbers (the API derives it from faults).
+
+    Token ``i``, due at ``t`` on the engine's own timeline, leaves at
+    ``arrival + slowdown * (t - arrival)``, plus ``pause_s`` from token ``pause_at`` on.
+    """
+
+    slowdown: float = 1.0
+    # Index of the first token held back by the pause.
+    pause_at: int = 0
+    pause_s: float = 0.0
+
+    def deadline(self, arrival: float, due: float, index: int) -> float:
+        paced = arrival + self.slowdown * (due - arrival)
+        return paced + self.pause_s if index >= self.pause_at else paced
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationPlan:
     """What one choice will say: decided up front, released over time by an engine."""
 
@@ -66,6 +84,8 @@ class GenerationPlan:
     variant: int | None = None
     # Position among the request's ``n`` choices.
     choice_index: int = 0
+    # None for almost every request: the engine's own timeline, unchanged.
+    pacing: Pacing | None = None
 
     @property
     def num_output_tokens(self) -> int:
