@@ -15,7 +15,11 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from llmsim.api.access import Access
 from llmsim.api.app import create_app
+from llmsim.api.faults import Crash, FaultInjector, exit_process
+from llmsim.api.identity import Identity
+from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
@@ -173,8 +177,15 @@ def build_runtime(
     responses_path: str | Path | None = None,
     *,
     clock: Clock | None = None,
+    access: Access | None = None,
+    identity: Identity | None = None,
+    crash: Crash = exit_process,
 ) -> Runtime:
-    """Parse, check and wire everything. Raises ConfigError before anything listens."""
+    """Parse, check and wire everything. Raises ConfigError before anything listens.
+
+    ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
+    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in).
+    """
     config = load_models_config(config_path)
     file = str(config_path) if config_path is not None else EMBEDDED_MODELS
     script = load_responses(responses_path)
@@ -195,8 +206,14 @@ def build_runtime(
             created=created,
             info=built.info,
             observe_lags=metrics.observe_lags,
+            faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
         )
-    state = ApiState(models=models, clock=clock)
+
+    def abort_requests() -> int:
+        return sum(served.engine.abort_requests() for served in models.values())
+
+    lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
+    state = ApiState(models=models, clock=clock, lifecycle=lifecycle)
 
     async def start() -> None:
         for served in models.values():
@@ -210,6 +227,6 @@ def build_runtime(
         for served in models.values():
             await served.engine.stop()
 
-    app = create_app(state, on_startup=start, on_shutdown=stop)
+    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
     app.router.routes.extend(hub.routes())
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

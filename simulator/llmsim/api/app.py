@@ -14,8 +14,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import routes
+from llmsim.api import admin_routes, routes
+from llmsim.api.access import Access
 from llmsim.api.errors import APIError, api_error_handler
+from llmsim.api.faults import quiet_dropped_connections
+from llmsim.api.identity import Identity, with_headers
+from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
@@ -37,24 +41,60 @@ class LlmsimApp(FastAPI):
     NOTE: the shortcut holds only while nobody added middleware (``add_middleware`` or
     ``@app.middleware``): from then on every request goes through the stack, so a middleware can
     never silently miss the completion routes.
+
+    What must apply to every request, fast path included, is done here, once per request and
+    never per token: API and admin keys (:mod:`.access`: a refused request gets its 401 before
+    any route), the identity headers (:mod:`.identity`: added to the fast path's response
+    object, through a ``send`` wrapper on the other routes), and the count of generation
+    requests in flight that a shutdown drains (:mod:`.lifecycle`).
     """
 
-    def __init__(self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        now: Callable[[], float],
+        hot: Mapping[str, Endpoint],
+        access: Access | None = None,
+        identity: Identity | None = None,
+        lifecycle: Lifecycle | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._now = now
         self._hot = dict(hot)
+        self._access = access or Access()
+        self._identity = identity or Identity()
+        self._lifecycle = lifecycle or Lifecycle(now)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope["llmsim.arrival"] = self._now()
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        scope["llmsim.arrival"] = self._now()
+        headers = self._identity.headers(scope)
+        if self._access.enabled:
+            refusal = self._access.refusal(scope)
+            if refusal is not None:
+                refusal.raw_headers.extend(headers)
+                await refusal(scope, receive, send)
+                return
+        endpoint = self._hot.get(scope["path"])
+        if endpoint is None:
+            await super().__call__(scope, receive, with_headers(send, headers))
+            return
+        lifecycle = self._lifecycle
+        lifecycle.started()
+        try:
             if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
-                endpoint = self._hot.get(scope["path"])
-                if endpoint is not None:
-                    await self._serve(endpoint, scope, receive, send)
-                    return
-        await super().__call__(scope, receive, send)
+                await self._serve(endpoint, scope, receive, send, headers)
+            else:
+                await super().__call__(scope, receive, with_headers(send, headers))
+        finally:
+            lifecycle.finished()
 
-    async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         scope["app"] = self
         request = Request(scope, receive, send)
         try:
@@ -63,8 +103,11 @@ class LlmsimApp(FastAPI):
             response = await api_error_handler(request, exc)
         except Exception:
             # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
-            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            error = PlainTextResponse("Internal Server Error", status_code=500)
+            error.raw_headers.extend(headers)
+            await error(scope, receive, send)
             raise
+        response.raw_headers.extend(headers)
         await response(scope, receive, send)
 
 
@@ -74,11 +117,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return err.response()
 
 
-def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: Hook | None = None) -> LlmsimApp:
+def create_app(
+    state: ApiState,
+    *,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    access: Access | None = None,
+    identity: Identity | None = None,
+) -> LlmsimApp:
     """Build the app. ``on_startup``/``on_shutdown`` start and stop the engines (runtime.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_dropped_connections()  # after the server set up its logging
+        state.lifecycle.start()
         if on_startup is not None:
             await on_startup()
         try:
@@ -96,6 +148,9 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
+        access=access,
+        identity=identity,
+        lifecycle=state.lifecycle,
     )
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
@@ -105,7 +160,8 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
         app.add_route(path, endpoint, methods=["POST"])
     app.add_route("/v1/models", routes.list_models, methods=["GET"])
     app.add_route("/health", routes.health, methods=["GET"])
-    app.add_route("/ping", routes.health, methods=["GET", "POST"])
+    app.add_route("/ping", routes.ping, methods=["GET", "POST"])
+    app.router.routes.extend(admin_routes.routes())
     app.add_route("/version", _version, methods=["GET"])
     app.add_route("/load", _load_route(state), methods=["GET"])
     return app

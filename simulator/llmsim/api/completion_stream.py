@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from llmsim.api.completion_bodies import DONE, ChunkTemplates
-from llmsim.engine.errors import EngineStopped
+from llmsim.engine.errors import EngineStopped, RequestAborted
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 
 
@@ -88,15 +88,19 @@ class CompletionStream:
         usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
         return head + self._chunks.token(pos, event.text, finish, usage)
 
-    def tail(self) -> bytes:
-        """Everything after the last token: finish chunks of empty choices, usage, ``[DONE]``."""
+    def tail(self, aborted: bool = False) -> bytes:
+        """Everything after the last token: finish chunks of unfinished choices, usage, ``[DONE]``.
+
+        A choice with no tokens still gets its finish reason; ``aborted`` (the engine cut the
+        request short) ends every unfinished choice with ``abort``, as vLLM does.
+        """
         parts: list[bytes] = []
         for pos, plan in enumerate(self._plans):
-            if not self._done[pos]:  # a choice with no tokens still gets its finish reason
+            if not self._done[pos]:
                 if self._chat and not self._started[pos]:
                     parts.append(self._chunks.role(pos))
                 usage = (plan.prompt_tokens, 0) if self._continuous else None
-                parts.append(self._chunks.finish(pos, plan.finish_reason, usage))
+                parts.append(self._chunks.finish(pos, FinishReason.ABORT if aborted else plan.finish_reason, usage))
         if self._include_usage:
             parts.append(self._chunks.usage(self._prompt_tokens, self._completion_tokens))
         parts.append(DONE)
@@ -104,6 +108,8 @@ class CompletionStream:
 
     def error(self, exc: Exception) -> bytes | None:
         """The stream's last bytes after ``exc``, or None if it is not one a stream reports."""
+        if isinstance(exc, RequestAborted):
+            return self.tail(aborted=True)
         if not isinstance(exc, EngineStopped):
             return None
         # Headers are sent: like vLLM, report the error as an event; the stream still ends with [DONE].

@@ -1,4 +1,4 @@
-"""The OpenAI endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /health."""
+"""The OpenAI endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /health and /ping."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -18,14 +19,16 @@ from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, completion_body
 from llmsim.api.completion_stream import CompletionStream
 from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
+from llmsim.api.faults import FAULT_HEADER, DropConnection, DroppedResponse, DroppingEvents, Fault
+from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest
 from llmsim.api.served import ServedModel
-from llmsim.api.sse_response import SSEResponse
+from llmsim.api.sse_response import EventSource, SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
-from llmsim.engine.errors import EngineOverloaded, EngineStopped
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.llm.errors import ContextLengthError
-from llmsim.types import GenerationPlan, GenerationRequest, RequestId
+from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, RequestId, TokenEvent
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 T = TypeVar("T")
@@ -46,6 +49,25 @@ def _served(state: ApiState, model: str) -> ServedModel:
     if served is None:
         raise model_not_found(model)
     return served
+
+
+def _request_id(request: Request) -> str:
+    """The client's X-Request-Id, else the one LlmsimApp made (echoed in x-request-id either way)."""
+    request_id = request.scope.get(SCOPE_REQUEST_ID)
+    return str(request_id) if request_id is not None else uuid.uuid4().hex
+
+
+def _fault(request: Request, served: ServedModel) -> Fault | None:
+    """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued."""
+    faults = served.faults
+    if not faults.enabled:
+        return None
+    scope = request.scope
+    client_id = scope.get(SCOPE_REQUEST_ID) if scope.get(SCOPE_CLIENT_REQUEST_ID) else None
+    fault = faults.draw(request.headers.get(FAULT_HEADER), client_id)
+    if fault is not None:
+        faults.inject(fault, _request_id(request))
+    return fault
 
 
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -86,12 +108,13 @@ async def chat_completions(request: Request) -> Response:
     arrival = _arrival(request, state)
     body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
     served = _served(state, body.model)
+    fault = _fault(request, served)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     plans = _plan(served, [gen_request])
-    return await _respond(request, served, body, plans, arrival, chat=True)
+    return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
 
 
 async def completions(request: Request) -> Response:
@@ -99,8 +122,9 @@ async def completions(request: Request) -> Response:
     arrival = _arrival(request, state)
     body: CompletionRequest = await _parse(request, CompletionRequest)
     served = _served(state, body.model)
+    fault = _fault(request, served)
     plans = _plan(served, body.to_generation_requests())
-    return await _respond(request, served, body, plans, arrival, chat=False)
+    return await _respond(request, served, body, plans, arrival, chat=False, fault=fault)
 
 
 async def _respond(
@@ -111,16 +135,38 @@ async def _respond(
     arrival: float,
     *,
     chat: bool,
+    fault: Fault | None = None,
 ) -> Response:
-    now = _state(request).clock.now
-    request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    state = _state(request)
+    now = state.clock.now
+    lifecycle = state.lifecycle
+    if not lifecycle.serving:
+        # Loading or shutting down: 503. Asleep: queued until /wake_up, on the timeline from then on.
+        if await _until_disconnect(lifecycle.admit(), request) is None:
+            return Response(status_code=499)
+        arrival = max(arrival, now())
+    request_id = ("chatcmpl-" if chat else "cmpl-") + _request_id(request)
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     prompt_tokens = _prompt_tokens(plans, body)
+    drop_after: int | None = None
+    if fault is not None:
+        plans = fault.pace(plans)
+        drop_after = fault.drop_after(plans)
     if not body.stream:
-        texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
-        if texts is None:  # the client left; nobody reads this
+        try:
+            done = await _until_disconnect(_complete(served, plans, arrival, ids, now, drop_after), request)
+        except DropConnection:
+            return DroppedResponse()
+        if done is None:  # the client left; nobody reads this
             return Response(status_code=499)
+        texts, aborted = done
+        if aborted:
+            # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
+            plans = [
+                replace(p, finish_reason=FinishReason.ABORT) if len(t) < p.num_output_tokens else p
+                for p, t in zip(plans, texts, strict=True)
+            ]
         return JSONResponse(completion_body(request_id, created, served.name, plans, texts, prompt_tokens, chat=chat))
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
@@ -135,8 +181,15 @@ async def _respond(
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
-        return SSEResponse(streams[0], partial(stream.token, 0), stream, headers=SSE_HEADERS)
-    return SSEResponse(merged_events(streams), stream.merged, stream, headers=SSE_HEADERS)
+        if drop_after is None:
+            return SSEResponse(streams[0], partial(stream.token, 0), stream, headers=SSE_HEADERS)
+        return SSEResponse(
+            DroppingEvents(streams[0], drop_after), partial(stream.token, 0), stream, headers=SSE_HEADERS
+        )
+    merged: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        merged = DroppingEvents(merged, drop_after)
+    return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:
@@ -150,20 +203,30 @@ async def _complete(
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
-) -> list[list[str]]:
-    """Each choice's released token texts (lags reported once, however it ends)."""
+    drop_after: int | None = None,
+) -> tuple[list[list[str]], bool]:
+    """Each choice's released token texts, and whether the engine aborted the request (lags reported once)."""
     streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
-    events = merged_events(streams)
+    events: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        events = DroppingEvents(events, drop_after)
+    aborted = False
     try:
-        async for pos, event in events:
+        while True:
+            try:
+                pos, event = await events.__anext__()
+            except StopAsyncIteration:
+                break
             texts[pos].append(event.text)
             lags.append(now() - event.sim_time)
+    except RequestAborted:
+        aborted = True
     finally:
         await events.aclose()
         served.observe_lags(lags)
-    return texts
+    return texts, aborted
 
 
 async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
@@ -215,4 +278,10 @@ async def list_models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """vLLM's readiness: 200, or 503 (empty body) while the model loads and once shutdown begins."""
+    return Response(status_code=200 if _state(request).lifecycle.healthy else 503)
+
+
+async def ping(request: Request) -> Response:
+    """Liveness: 200 as long as the process serves HTTP (loading, asleep or draining)."""
     return Response(status_code=200)
