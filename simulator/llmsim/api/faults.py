@@ -84,6 +84,17 @@ class Fault:
             return None
         return self.token(sum(p.num_output_tokens for p in plans))
 
+    def log_where(self, plans: Sequence[GenerationPlan], request_id: str) -> None:
+        """Where a stall or a drop lands in this request's answer, once its length is known."""
+        if self.kind == "stall":
+            pacing = plans[0].pacing if plans else None
+            at = pacing.pause_at if pacing is not None else 0
+            logger.info("fault stall: %g s before token %d: request_id=%s", self.stall_s, at, request_id)
+        elif self.kind == "abort_mid_stream":
+            logger.info(
+                "fault abort_mid_stream: drop after %s tokens: request_id=%s", self.drop_after(plans), request_id
+            )
+
 
 def _draws(seed: int, key: str) -> tuple[float, float]:
     """Two independent uniforms in [0, 1) from (seed, key): stable across runs and platforms."""

@@ -153,6 +153,7 @@ async def _respond(
     if fault is not None:
         plans = fault.pace(plans)
         drop_after = fault.drop_after(plans)
+        fault.log_where(plans, _request_id(request))
     if not body.stream:
         try:
             done = await _until_disconnect(_complete(served, plans, arrival, ids, now, drop_after), request)
