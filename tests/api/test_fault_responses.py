@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from llmsim.api.faults import DropConnection
+from llmsim.api.dropped_connection import DropConnection
 from llmsim.engine import MonotonicClock
 from llmsim.runtime import Runtime, build_runtime
 from tests.api.asgi_driver import Exchange, call

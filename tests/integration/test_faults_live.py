@@ -246,6 +246,20 @@ def test_a_stall_pauses_the_stream_by_at_least_stall_ms_then_it_ends_normally(se
     assert max(gaps) >= 0.4 or times[0] - start >= 0.45
 
 
+@pytest.mark.parametrize("kind", ["stall", "slow"])
+def test_stalled_and_slowed_streams_parse_whole_in_the_openai_sdk(client: openai.OpenAI, kind: str) -> None:
+    start = time.monotonic()
+    chunks = list(
+        client.chat.completions.create(
+            model="fixed", messages=STORY, stream=True, extra_headers=fault(kind, f"sdk-{kind}")
+        )
+    )
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert sum(1 for c in chunks if c.choices[0].delta.content) == 30
+    # Unfaulted: 50 + 29 x 10 = 340 ms; a stall adds 400 ms, slow triples it (lower bounds only).
+    assert time.monotonic() - start >= (0.74 if kind == "stall" else 1.02)
+
+
 def test_slow_stretches_the_stream_by_the_factor(server: ServerProcess) -> None:
     start, times, lines = stream_times(server, "slow", "slow-1")
     assert lines[-1] == "data: [DONE]"

@@ -16,8 +16,8 @@ from starlette.types import Receive, Scope, Send
 from llmsim import __version__
 from llmsim.api import admin_routes, routes
 from llmsim.api.access import Access
+from llmsim.api.dropped_connection import quiet_dropped_connections
 from llmsim.api.errors import APIError, api_error_handler
-from llmsim.api.faults import quiet_dropped_connections
 from llmsim.api.identity import Identity, with_headers
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.state import ApiState

@@ -18,8 +18,9 @@ from starlette.responses import JSONResponse, Response
 from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, completion_body
 from llmsim.api.completion_stream import CompletionStream
+from llmsim.api.dropped_connection import DropConnection, DroppedResponse, DroppingEvents
 from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
-from llmsim.api.faults import FAULT_HEADER, DropConnection, DroppedResponse, DroppingEvents, Fault
+from llmsim.api.faults import FAULT_HEADER, Fault
 from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import ChatCompletionRequest, CompletionRequest
 from llmsim.api.served import ServedModel
@@ -55,6 +56,16 @@ def _request_id(request: Request) -> str:
     """The client's X-Request-Id, else the one LlmsimApp made (echoed in x-request-id either way)."""
     request_id = request.scope.get(SCOPE_REQUEST_ID)
     return str(request_id) if request_id is not None else uuid.uuid4().hex
+
+
+async def _until_serving(request: Request, state: ApiState, arrival: float) -> float | None:
+    """Loading or shutting down: 503. Asleep: wait for /wake_up; the request's timeline starts then.
+
+    Returns the arrival to use, or None when the client left while it waited.
+    """
+    if await _until_disconnect(state.lifecycle.admit(), request) is None:
+        return None
+    return max(arrival, state.clock.now())
 
 
 def _fault(request: Request, served: ServedModel) -> Fault | None:
@@ -108,6 +119,11 @@ async def chat_completions(request: Request) -> Response:
     arrival = _arrival(request, state)
     body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
     served = _served(state, body.model)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
     fault = _fault(request, served)
     try:
         gen_request = body.to_generation_request()
@@ -122,6 +138,11 @@ async def completions(request: Request) -> Response:
     arrival = _arrival(request, state)
     body: CompletionRequest = await _parse(request, CompletionRequest)
     served = _served(state, body.model)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
     fault = _fault(request, served)
     plans = _plan(served, body.to_generation_requests())
     return await _respond(request, served, body, plans, arrival, chat=False, fault=fault)
@@ -137,14 +158,7 @@ async def _respond(
     chat: bool,
     fault: Fault | None = None,
 ) -> Response:
-    state = _state(request)
-    now = state.clock.now
-    lifecycle = state.lifecycle
-    if not lifecycle.serving:
-        # Loading or shutting down: 503. Asleep: queued until /wake_up, on the timeline from then on.
-        if await _until_disconnect(lifecycle.admit(), request) is None:
-            return Response(status_code=499)
-        arrival = max(arrival, now())
+    now = _state(request).clock.now
     request_id = ("chatcmpl-" if chat else "cmpl-") + _request_id(request)
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
