@@ -37,17 +37,18 @@ models:
 
 def test_binds_at_once_and_is_ready_after_startup_seconds(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    with running_server(tmp_path, config=config(startup_seconds=1.5), ready_path="/ping") as server:
+    # 3 s: room for the server's own start (it counts from its config load) on a busy machine.
+    with running_server(tmp_path, config=config(startup_seconds=3), ready_path="/ping") as server:
         # Liveness answers while the simulated load runs; readiness does not.
         assert httpx.get(server.base_url + "/health").status_code == 503
         r = httpx.post(server.base_url + "/v1/completions", json={"model": "fixed", "prompt": "x"})
         assert r.status_code == 503
-        assert 1 <= int(r.headers["retry-after"]) <= 2
+        assert 1 <= int(r.headers["retry-after"]) <= 3
         while httpx.get(server.base_url + "/health").status_code != 200:
             assert time.monotonic() - t0 < 30, server.log()
             time.sleep(0.02)
         # Never ready before the load is done (the process started after t0).
-        assert time.monotonic() - t0 >= 1.5
+        assert time.monotonic() - t0 >= 3
         r = httpx.post(server.base_url + "/v1/completions", json={"model": "fixed", "prompt": "x", "max_tokens": 3})
         assert r.status_code == 200
 

@@ -123,7 +123,7 @@ class _PacedStream(_Stream):
             raise RequestAborted("the engine aborted the request")
         event = await _Stream.__anext__(self)
         deadline = self.pacing.deadline(self.arrival, event.sim_time, event.index)
-        clock = self.engine.clock
+        clock = self.engine._clock  # the engine's own clock (a sibling class of this module)
         if clock.now() < deadline:
             self.sleeper = asyncio.current_task()
             try:
@@ -184,7 +184,7 @@ class SchedulerEngine(Engine):
 
     def __init__(self, params: SchedulerParams, clock: Clock, observer: EngineObserver | None = None) -> None:
         self._params = params
-        self.clock = clock
+        self._clock = clock
         self._observer: EngineObserver = observer or NullObserver()
         self._scheduler: Scheduler[_Stream] = Scheduler(params)
         # (arrival, submission number, admission): a heap, so the waiting queue is in arrival order.
@@ -303,7 +303,7 @@ class SchedulerEngine(Engine):
             self._paced.discard(stream)
         if stream.status >= _FINISHED:
             return
-        now = max(self.clock.now(), stream.arrival)
+        now = max(self._clock.now(), stream.arrival)
         if stream.in_inbox:
             # Dropped when the step loop reaches its admission.
             stream.status = _ABORTED
@@ -341,7 +341,7 @@ class SchedulerEngine(Engine):
     async def _step_loop(self) -> None:
         sched = self._scheduler
         step_duration = sched.cost.step_duration
-        clock = self.clock
+        clock = self._clock
         observer = self._observer
         inbox = self._inbox
         loop = asyncio.get_running_loop()
