@@ -13,7 +13,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
+from llmsim.api.faults import Crash, FaultInjector, exit_process
+from llmsim.api.identity import Identity
+from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
@@ -167,8 +171,15 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    access: Access | None = None,
+    identity: Identity | None = None,
+    crash: Crash = exit_process,
 ) -> Runtime:
-    """Parse, check and wire everything. Raises ConfigError before anything listens."""
+    """Parse, check and wire everything. Raises ConfigError before anything listens.
+
+    ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
+    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in).
+    """
     config = load_models_config(config_path)
     file = str(config_path) if config_path is not None else EMBEDDED_MODELS
     script = load_responses(responses_path)
@@ -190,8 +201,14 @@ def build_runtime(
             info=built.info,
             observe_lags=metrics.observe_lags,
             embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
+            faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
         )
-    state = ApiState(models=models, clock=clock, max_request_bytes=max_request_bytes)
+
+    def abort_requests() -> int:
+        return sum(served.engine.abort_requests() for served in models.values())
+
+    lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
+    state = ApiState(models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes)
 
     async def start() -> None:
         for served in models.values():
@@ -205,6 +222,6 @@ def build_runtime(
         for served in models.values():
             await served.engine.stop()
 
-    app = create_app(state, on_startup=start, on_shutdown=stop)
+    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
     app.add_page_routes(hub.routes())
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

@@ -93,6 +93,24 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class Pacing:
+    """A change to when one request's tokens leave, in plain numbers (the API derives it from faults).
+
+    Token ``i``, due at ``t`` on the engine's own timeline, leaves at
+    ``arrival + slowdown * (t - arrival)``, plus ``pause_s`` from token ``pause_at`` on.
+    """
+
+    slowdown: float = 1.0
+    # Index of the first token held back by the pause.
+    pause_at: int = 0
+    pause_s: float = 0.0
+
+    def deadline(self, arrival: float, due: float, index: int) -> float:
+        paced = arrival + self.slowdown * (due - arrival)
+        return paced + self.pause_s if index >= self.pause_at else paced
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationPlan:
     """What one choice will say: decided up front, released over time by an engine."""
 
@@ -110,6 +128,8 @@ class GenerationPlan:
     tool_calls: tuple[ToolCall, ...] = ()
     # With tool_calls: per output token, what it adds to them (None: nothing, a wrapper token).
     tool_deltas: tuple[ToolCallDelta | None, ...] = ()
+    # None for almost every request: the engine's own timeline, unchanged.
+    pacing: Pacing | None = None
 
     @property
     def num_output_tokens(self) -> int:

@@ -187,7 +187,11 @@ async def test_a_choice_without_tokens_still_gets_its_role_and_finish(runtime: R
 async def test_headers_are_those_of_a_starlette_streaming_response(runtime: Runtime) -> None:
     ex = await call(runtime.app, CHAT, chat())
     reference = StreamingResponse(iter([b""]), media_type="text/event-stream", headers=SSE_HEADERS)
-    assert ex.start["headers"] == reference.raw_headers
+    # Plus the request id LlmsimApp adds to every response (a new uuid4 hex when the client sent none).
+    *headers, (name, value) = ex.start["headers"]
+    assert headers == reference.raw_headers
+    assert name == b"x-request-id"
+    assert re.fullmatch(rb"[0-9a-f]{32}", value)
 
 
 @pytest.mark.looptime

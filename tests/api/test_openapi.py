@@ -51,7 +51,8 @@ def test_every_route_is_documented_with_its_models(tmp_path: Any) -> None:
     }
     for path, ops in document["paths"].items():
         for method, op in ops.items():
-            if method == "post" and path != "/ping":
+            # POSTs with a JSON body (ping, sleep and wake_up take none: their arguments are query parameters).
+            if method == "post" and path not in ("/ping", "/sleep", "/wake_up"):
                 body = op["requestBody"]["content"]["application/json"]["schema"]
                 refs = [b["$ref"] for b in body.get("anyOf", [body])]
                 for ref in refs:

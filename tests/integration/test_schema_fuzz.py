@@ -58,7 +58,12 @@ def test_no_server_errors_and_responses_conform_to_the_schema(server: ServerProc
     operations = []
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result  # the document itself is valid OpenAPI
-        operations.append(result.ok())
+        operation = result.ok()
+        # Not the control endpoints: a generated PUT /admin/faults may arm a crash, and /sleep would
+        # put the server to sleep for the rest of the run. They have tests of their own.
+        if operation.path.startswith("/admin/") or operation.path in ("/sleep", "/wake_up"):
+            continue
+        operations.append(operation)
     assert len(operations) >= 14
     for operation in operations:
         # Negative data needs something to break: only the operations that take a body.

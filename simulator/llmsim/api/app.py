@@ -16,8 +16,12 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import routes
+from llmsim.api import admin_routes, routes
+from llmsim.api.access import Access
+from llmsim.api.dropped_connection import quiet_dropped_connections
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
+from llmsim.api.identity import Identity, with_headers
+from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.openapi import add_request_schemas, request_body, responses
 from llmsim.api.protocol import (
     ChatCompletionRequest,
@@ -32,10 +36,14 @@ from llmsim.api.response_models import (
     CompletionResponse,
     DetokenizeResponse,
     EmbeddingResponse,
+    FaultSettings,
+    IsSleepingResponse,
     LoadResponse,
     ModelList,
+    SleepResponse,
     TokenizeResponse,
     VersionResponse,
+    WakeUpResponse,
 )
 from llmsim.api.state import ApiState
 
@@ -66,14 +74,31 @@ class LlmsimApp(FastAPI):
     NOTE: the shortcut holds only while nobody added middleware (``add_middleware`` or
     ``@app.middleware``): from then on every request goes through the stack, so a middleware can
     never silently miss the completion routes.
+
+    What must apply to every request, fast path included, is done here, once per request and
+    never per token: API and admin keys (:mod:`.access`: a refused request gets its 401 before
+    any route), the identity headers (:mod:`.identity`: added to the fast path's response
+    object, through a ``send`` wrapper on the other routes), and the count of generation
+    requests in flight that a shutdown drains (:mod:`.lifecycle`).
     """
 
     def __init__(
-        self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], max_request_bytes: int, **kwargs: Any
+        self,
+        *,
+        now: Callable[[], float],
+        hot: Mapping[str, Endpoint],
+        max_request_bytes: int,
+        access: Access | None = None,
+        identity: Identity | None = None,
+        lifecycle: Lifecycle | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._now = now
         self._hot = dict(hot)
+        self._access = access or Access()
+        self._identity = identity or Identity()
+        self._lifecycle = lifecycle or Lifecycle(now)
         self._max_request_bytes = max_request_bytes
         self._request_models: list[type[BaseModel]] = []
 
@@ -87,13 +112,15 @@ class LlmsimApp(FastAPI):
         errors: Sequence[int] = (400, 404),
         stream: bool = False,
         summary: str | None = None,
+        method: str = "POST",
     ) -> None:
-        """A POST route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
         self._request_models.extend(body)
         self.add_api_route(
             path,
             endpoint,
-            methods=["POST"],
+            methods=[method],
+            name=f"{path.strip('/').replace('/', '_')}_{method.lower()}",
             summary=summary,
             openapi_extra=request_body(*body),
             responses=responses(response, errors=errors, stream=stream),
@@ -126,23 +153,43 @@ class LlmsimApp(FastAPI):
         return self.openapi_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope["llmsim.arrival"] = self._now()
-            if scope["method"] in _BODY_METHODS:
-                limit = self._max_request_bytes
-                if _declared_length(scope) > limit:
-                    # Refused before a byte of the body is read.
-                    await request_too_large(limit).response()(scope, receive, send)
-                    return
-                receive = _capped(receive, limit)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        scope["llmsim.arrival"] = self._now()
+        headers = self._identity.headers(scope)
+        if self._access.enabled:
+            refusal = self._access.refusal(scope)
+            if refusal is not None:
+                refusal.raw_headers.extend(headers)
+                await refusal(scope, receive, send)
+                return
+        if scope["method"] in _BODY_METHODS:
+            limit = self._max_request_bytes
+            if _declared_length(scope) > limit:
+                # Refused before a byte of the body is read.
+                too_large = request_too_large(limit).response()
+                too_large.raw_headers.extend(headers)
+                await too_large(scope, receive, send)
+                return
+            receive = _capped(receive, limit)
+        endpoint = self._hot.get(scope["path"])
+        if endpoint is None:
+            await super().__call__(scope, receive, with_headers(send, headers))
+            return
+        lifecycle = self._lifecycle
+        lifecycle.started()
+        try:
             if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
-                endpoint = self._hot.get(scope["path"])
-                if endpoint is not None:
-                    await self._serve(endpoint, scope, receive, send)
-                    return
-        await super().__call__(scope, receive, send)
+                await self._serve(endpoint, scope, receive, send, headers)
+            else:
+                await super().__call__(scope, receive, with_headers(send, headers))
+        finally:
+            lifecycle.finished()
 
-    async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         scope["app"] = self
         request = Request(scope, receive, send)
         try:
@@ -151,8 +198,11 @@ class LlmsimApp(FastAPI):
             response = await api_error_handler(request, exc)
         except Exception:
             # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
-            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            error = PlainTextResponse("Internal Server Error", status_code=500)
+            error.raw_headers.extend(headers)
+            await error(scope, receive, send)
             raise
+        response.raw_headers.extend(headers)
         await response(scope, receive, send)
 
 
@@ -193,11 +243,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return err.response()
 
 
-def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: Hook | None = None) -> LlmsimApp:
+def create_app(
+    state: ApiState,
+    *,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    access: Access | None = None,
+    identity: Identity | None = None,
+) -> LlmsimApp:
     """Build the app. ``on_startup``/``on_shutdown`` start and stop the engines (runtime.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_dropped_connections()  # after the server set up its logging
+        state.lifecycle.start()
         if on_startup is not None:
             await on_startup()
         try:
@@ -216,6 +275,9 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
+        access=access,
+        identity=identity,
+        lifecycle=state.lifecycle,
     )
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
@@ -264,8 +326,48 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     # Two routes, as vLLM registers them (one OpenAPI operation each).
     for method in ("GET", "POST"):
         app.add_api_route(
-            "/ping", routes.health, methods=[method], responses=health, name="ping", response_class=Response
+            "/ping", routes.ping, methods=[method], responses=health, name="ping", response_class=Response
         )
+    # Control endpoints (guarded by the admin key when one is set).
+    app.add_api_route(
+        "/admin/faults",
+        admin_routes.faults,
+        methods=["GET"],
+        responses=responses(FaultSettings),
+        summary="Every model's fault injection",
+    )
+    app.add_json_route(
+        "/admin/faults",
+        admin_routes.faults,
+        [FaultSettings],
+        FaultSettings,
+        method="PUT",
+        summary="Replace some models' fault injection (all or nothing)",
+    )
+    sleep_query = [
+        {"name": "level", "in": "query", "schema": {"type": "integer", "enum": [0, 1, 2], "default": 1}},
+        {"name": "mode", "in": "query", "schema": {"type": "string", "enum": ["abort", "wait"], "default": "abort"}},
+    ]
+    app.add_api_route(
+        "/sleep",
+        admin_routes.sleep,
+        methods=["POST"],
+        responses=responses(SleepResponse, errors=(400,)),
+        openapi_extra={"parameters": sleep_query},
+        summary="Put the model to sleep (vLLM)",
+    )
+    wake_query = [{"name": "tags", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}}]
+    app.add_api_route(
+        "/wake_up",
+        admin_routes.wake_up,
+        methods=["POST"],
+        responses=responses(WakeUpResponse, errors=(400,)),
+        openapi_extra={"parameters": wake_query},
+        summary="Wake the model up, or some of its parts (vLLM)",
+    )
+    app.add_api_route(
+        "/is_sleeping", admin_routes.is_sleeping, methods=["GET"], responses=responses(IsSleepingResponse)
+    )
     app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
     app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
     return app

@@ -19,7 +19,7 @@ from llmsim.api.completion_bodies import (
     finish_reason,
     tool_call_delta_json,
 )
-from llmsim.engine.errors import EngineStopped
+from llmsim.engine.errors import EngineStopped, RequestAborted
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 
 #: Release lags kept per stream before they are handed to the metrics in one call.
@@ -186,17 +186,23 @@ class CompletionStream:
             self._offsets[pos] += len(text)
         return {"index": pos, "text": text, "logprobs": clp, "finish_reason": finish}
 
-    def tail(self) -> bytes:
-        """Everything after the last token: finish chunks of empty choices, usage, ``[DONE]``."""
+    def tail(self, aborted: bool = False) -> bytes:
+        """Everything after the last token: finish chunks of unfinished choices, usage, ``[DONE]``.
+
+        A choice with no tokens still gets its finish reason; ``aborted`` (the engine cut the
+        request short) ends every unfinished choice with ``abort``, as vLLM does.
+        """
         parts: list[bytes] = []
         for pos, plan in enumerate(self._plans):
-            if not self._done[pos]:  # a choice with no tokens still gets its finish reason
+            if not self._done[pos]:
                 if self._chat and not self._started[pos]:
                     parts.append(self._chunks.role(pos))
                 usage = (plan.prompt_tokens, 0) if self._continuous else None
                 if self.encode == self.token:
-                    parts.append(self._chunks.finish(pos, plan.finish_reason, usage))
+                    parts.append(self._chunks.finish(pos, FinishReason.ABORT if aborted else plan.finish_reason, usage))
                 else:
+                    if aborted:
+                        self._finish_text[pos] = FinishReason.ABORT.value
                     closing = self._choice(pos, None, True)
                     assert closing is not None
                     parts.append(self._chunks.choice(dumps_compact(closing), usage))
@@ -207,6 +213,8 @@ class CompletionStream:
 
     def error(self, exc: Exception) -> bytes | None:
         """The stream's last bytes after ``exc``, or None if it is not one a stream reports."""
+        if isinstance(exc, RequestAborted):
+            return self.tail(aborted=True)
         if not isinstance(exc, EngineStopped):
             return None
         # Headers are sent: like vLLM, report the error as an event; the stream still ends with [DONE].

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from llmsim.config.schema import Faults
 
 
 class _Body(BaseModel):
@@ -218,3 +220,22 @@ class VersionResponse(_Body):
 class LoadResponse(_Body):
     # Requests in flight (running + waiting) across the server.
     server_load: int
+
+
+class FaultSettings(RootModel[dict[str, Faults]]):
+    """``/admin/faults``: each served model's fault injection, keyed by model name (a PUT names some of them)."""
+
+
+class SleepResponse(_Body):
+    status: Literal["sleeping"] = "sleeping"
+    level: int
+
+
+class WakeUpResponse(_Body):
+    status: Literal["awake", "sleeping"]
+    # The tags woken, None for all.
+    tags: list[str] | None
+
+
+class IsSleepingResponse(_Body):
+    is_sleeping: bool

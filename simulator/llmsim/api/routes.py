@@ -1,4 +1,4 @@
-"""The endpoints: OpenAI's (/v1/chat/completions, /v1/completions, /v1/models) and vLLM's (/tokenize, /detokenize, /health)."""
+"""The endpoints: OpenAI's (/v1/chat/completions, /v1/completions, /v1/models) and vLLM's (/tokenize, /detokenize, /health, /ping)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
+from llmsim.api.dropped_connection import DropConnection, DroppedResponse, DroppingEvents
 from llmsim.api.errors import (
     APIError,
     from_validation_error,
@@ -29,6 +31,8 @@ from llmsim.api.errors import (
     unsupported_media_type,
     validation_failed,
 )
+from llmsim.api.faults import FAULT_HEADER, Fault
+from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -39,12 +43,12 @@ from llmsim.api.protocol import (
     TokenizeCompletionRequest,
 )
 from llmsim.api.served import ServedModel
-from llmsim.api.sse_response import SSEResponse
+from llmsim.api.sse_response import EventSource, SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
-from llmsim.engine.errors import EngineOverloaded, EngineStopped
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
-from llmsim.types import GenerationPlan, GenerationRequest, Message, RequestId
+from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, RequestId, TokenEvent
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 T = TypeVar("T")
@@ -70,6 +74,35 @@ def _served(state: ApiState, model: str) -> ServedModel:
 def _served_or_first(state: ApiState, model: str | None) -> ServedModel:
     # vLLM: a request without `model` is for the (first) served model.
     return _served(state, model) if model is not None else next(iter(state.models.values()))
+
+
+def _request_id(request: Request) -> str:
+    """The client's X-Request-Id, else the one LlmsimApp made (echoed in x-request-id either way)."""
+    request_id = request.scope.get(SCOPE_REQUEST_ID)
+    return str(request_id) if request_id is not None else uuid.uuid4().hex
+
+
+async def _until_serving(request: Request, state: ApiState, arrival: float) -> float | None:
+    """Loading or shutting down: 503. Asleep: wait for /wake_up; the request's timeline starts then.
+
+    Returns the arrival to use, or None when the client left while it waited.
+    """
+    if await _until_disconnect(state.lifecycle.admit(), request) is None:
+        return None
+    return max(arrival, state.clock.now())
+
+
+def _fault(request: Request, served: ServedModel) -> Fault | None:
+    """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued."""
+    faults = served.faults
+    if not faults.enabled:
+        return None
+    scope = request.scope
+    client_id = scope.get(SCOPE_REQUEST_ID) if scope.get(SCOPE_CLIENT_REQUEST_ID) else None
+    fault = faults.draw(request.headers.get(FAULT_HEADER), client_id)
+    if fault is not None:
+        faults.inject(fault, _request_id(request))
+    return fault
 
 
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -148,12 +181,18 @@ async def chat_completions(request: Request) -> Response:
     body = await parse_body(request, ChatCompletionRequest)
     served = _served(state, body.model)
     _check(body, served)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
+    fault = _fault(request, served)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     plans = _plan(served, [gen_request])
-    return await _respond(request, served, body, plans, arrival, chat=True)
+    return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
 
 
 async def completions(request: Request) -> Response:
@@ -162,10 +201,16 @@ async def completions(request: Request) -> Response:
     body = await parse_body(request, CompletionRequest)
     served = _served(state, body.model)
     _check(body, served)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
+    fault = _fault(request, served)
     requests = body.to_generation_requests()
     plans = _plan(served, requests)
     echo = _echo(served, requests, body.n) if body.echo else None
-    return await _respond(request, served, body, plans, arrival, chat=False, echo=echo)
+    return await _respond(request, served, body, plans, arrival, chat=False, echo=echo, fault=fault)
 
 
 def _echo(served: ServedModel, requests: Sequence[GenerationRequest], n: int) -> list[Echo]:
@@ -197,19 +242,35 @@ async def _respond(
     *,
     chat: bool,
     echo: list[Echo] | None = None,
+    fault: Fault | None = None,
 ) -> Response:
     now = _state(request).clock.now
     logprobs = body.num_logprobs
     named_tool = isinstance(body, ChatCompletionRequest) and body.named_tool is not None
     tool_call_ids = [[_tool_call_id() for _ in p.tool_calls] for p in plans]
-    request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    request_id = ("chatcmpl-" if chat else "cmpl-") + _request_id(request)
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     prompt_tokens = _prompt_tokens(plans, body)
+    drop_after: int | None = None
+    if fault is not None:
+        plans = fault.pace(plans)
+        drop_after = fault.drop_after(plans)
+        fault.log_where(plans, _request_id(request))
     if not body.stream:
-        texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
-        if texts is None:  # the client left; nobody reads this
+        try:
+            done = await _until_disconnect(_complete(served, plans, arrival, ids, now, drop_after), request)
+        except DropConnection:
+            return DroppedResponse()
+        if done is None:  # the client left; nobody reads this
             return Response(status_code=499)
+        texts, aborted = done
+        if aborted:
+            # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
+            plans = [
+                replace(p, finish_reason=FinishReason.ABORT) if len(t) < p.num_output_tokens else p
+                for p, t in zip(plans, texts, strict=True)
+            ]
         whole = completion_body(
             request_id,
             created,
@@ -241,8 +302,15 @@ async def _respond(
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
-        return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
-    return SSEResponse(merged_events(streams), stream.merged, stream, headers=SSE_HEADERS)
+        if drop_after is None:
+            return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+        return SSEResponse(
+            DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS
+        )
+    merged: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        merged = DroppingEvents(merged, drop_after)
+    return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:
@@ -256,20 +324,30 @@ async def _complete(
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
-) -> list[list[str]]:
-    """Each choice's released token texts (lags reported once, however it ends)."""
+    drop_after: int | None = None,
+) -> tuple[list[list[str]], bool]:
+    """Each choice's released token texts, and whether the engine aborted the request (lags reported once)."""
     streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
-    events = merged_events(streams)
+    events: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        events = DroppingEvents(events, drop_after)
+    aborted = False
     try:
-        async for pos, event in events:
+        while True:
+            try:
+                pos, event = await events.__anext__()
+            except StopAsyncIteration:
+                break
             texts[pos].append(event.text)
             lags.append(now() - event.sim_time)
+    except RequestAborted:
+        aborted = True
     finally:
         await events.aclose()
         served.observe_lags(lags)
-    return texts
+    return texts, aborted
 
 
 async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
@@ -321,6 +399,12 @@ async def list_models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """vLLM's readiness: 200, or 503 (empty body) while the model loads and once shutdown begins."""
+    return Response(status_code=200 if _state(request).lifecycle.healthy else 503)
+
+
+async def ping(request: Request) -> Response:
+    """Liveness: 200 as long as the process serves HTTP (loading, asleep or draining)."""
     return Response(status_code=200)
 
 
@@ -375,6 +459,11 @@ async def embeddings(request: Request) -> Response:
         served = next((m for m in state.models.values() if m.embedding_dimensions), next(iter(state.models.values())))
     else:
         served = _served(state, body.model)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
     dimensions = served.embedding_dimensions
     if dimensions is None:
         # NOTE: vLLM serving a generative model has no such route (404); a 404 in OpenAI's shape.
@@ -400,7 +489,7 @@ async def embeddings(request: Request) -> Response:
         plans = [generator.embedding_plan(len(t)) for t in tokens]
     except ContextLengthError as exc:
         raise APIError(400, exc.message, param=exc.param) from None
-    request_id = "embd-" + uuid.uuid4().hex
+    request_id = "embd-" + _request_id(request)
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now), request)
     if done is None:  # the client left; nobody reads this

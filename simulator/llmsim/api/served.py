@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmsim.api.faults import FaultInjector
+from llmsim.config.schema import Faults
 from llmsim.engine import Engine
 from llmsim.llm.generator import Generator
 
 
 def _drop(lags: Sequence[float]) -> None:
     pass
+
+
+def _no_faults() -> FaultInjector:
+    return FaultInjector("", Faults(), count=lambda kind: None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +56,5 @@ class ServedModel:
     observe_lags: Callable[[Sequence[float]], None] = _drop
     # Length of the vectors /v1/embeddings answers with; None: the model serves no embeddings.
     embedding_dimensions: int | None = None
+    # The model's fault injection (disabled unless its ``faults`` entry or /admin/faults enables it).
+    faults: FaultInjector = field(default_factory=_no_faults)

@@ -37,6 +37,8 @@ class TokenStream(Protocol):
 
     ``aclose`` must be called however the consumer stops (the API always does): a stream closed
     before its last token is aborted and frees what it holds. Closing twice is harmless.
+    A stream the engine aborts raises :class:`~llmsim.engine.errors.RequestAborted`.
+    A plan's ``pacing`` (if any) moves its tokens' deadlines; events carry the moved deadline.
     """
 
     def __aiter__(self) -> TokenStream: ...
@@ -63,7 +65,15 @@ class Engine(abc.ABC):
         """Start background work (the scheduler's step loop). Called once before traffic."""
 
     async def stop(self) -> None:
-        """Stop background work; open streams end."""
+        """Stop background work; open streams end with :class:`~llmsim.engine.errors.RequestAborted`."""
+
+    @abc.abstractmethod
+    def abort_requests(self) -> int:
+        """Abort every request in flight (vLLM's shutdown and sleep with mode ``abort``); return how many.
+
+        Their streams raise :class:`~llmsim.engine.errors.RequestAborted` after the tokens already
+        released; the engine keeps serving new requests.
+        """
 
     @abc.abstractmethod
     async def submit(

@@ -18,3 +18,10 @@ class EngineOverloaded(EngineError):
 
 class EngineStopped(EngineError):
     """The engine no longer serves: stopped for shutdown, or its step loop failed."""
+
+
+class RequestAborted(EngineError):
+    """The engine ended a request before its last token (shutdown, sleep, abort): its stream raises this.
+
+    The API ends the response with finish reason ``abort``, as vLLM does for a request its engine aborts.
+    """

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
+from llmsim.config.schema import FAULT_KINDS
 from llmsim.metrics import buckets
 from llmsim.metrics.histogram import Histogram
 from llmsim.metrics.latency_summary import LatencySummary
@@ -50,6 +51,8 @@ class ModelMetrics:
         self.requests = dict.fromkeys(FinishReason, 0)
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # llmsim_faults_injected_total{kind}: every kind from the start, so rate() has its zero.
+        self.faults_injected = dict.fromkeys(FAULT_KINDS, 0)
         # vLLM's histograms.
         self.ttft = Histogram(buckets.TTFT_BUCKETS)
         self.itl = Histogram(buckets.TOKEN_LATENCY_BUCKETS)
@@ -142,6 +145,10 @@ class ModelMetrics:
             summary.itl.add_many(gaps)
 
     # API ------------------------------------------------------------------------------------
+
+    def count_fault(self, kind: str) -> None:
+        """One injected fault of ``kind`` (the API's fault injection reports here)."""
+        self.faults_injected[kind] += 1
 
     def observe_lags(self, lags: Sequence[float]) -> None:
         """Release lags (release - simulated deadline) of one request's tokens."""

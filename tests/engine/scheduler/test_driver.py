@@ -9,9 +9,9 @@ from contextlib import aclosing
 import pytest
 
 from llmsim.engine.clock import MonotonicClock
-from llmsim.engine.errors import EngineOverloaded, EngineStopped
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem, simulate
-from llmsim.types import FinishReason, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
+from llmsim.types import FinishReason, GenerationPlan, Pacing, RequestId, RequestStats, StepStats, TokenEvent
 from tests.engine.streams import run
 
 from .builders import roofline, seed_params
@@ -252,11 +252,19 @@ async def collect(it: AsyncIterator[TokenEvent]) -> list[TokenEvent]:
 async def test_stop_ends_in_flight_iterators_and_reports_them_aborted() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(), rec)
-    it = run(engine, plan(100), clock.now(), RequestId("a"))
-    task = asyncio.create_task(collect(it))
+    events: list[TokenEvent] = []
+
+    async def consume() -> None:
+        async with aclosing(run(engine, plan(100), clock.now(), RequestId("a"))) as it:
+            async for ev in it:
+                events.append(ev)
+
+    task = asyncio.create_task(consume())
     await asyncio.sleep(0.05)
     await engine.stop()
-    events = await task
+    # The consumer learns it was cut short (the API then ends the response with finish reason "abort").
+    with pytest.raises(RequestAborted):
+        await task
     assert 0 < len(events) < 100
     assert [s.finish_reason for s in rec.finished] == [FinishReason.ABORT]
     with pytest.raises(EngineStopped):
@@ -310,3 +318,99 @@ async def test_a_loop_running_late_still_lets_consumers_and_arrivals_in() -> Non
     assert seen_at_step == [1, 2, 3, 4, 5]
     assert all(s.lag == 0.001 for s in rec.steps)
     await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_abort_requests_ends_running_and_queued_streams_and_the_engine_goes_on() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    ends: dict[str, tuple[str, int]] = {}
+
+    async def consume(rid: str, at: float) -> None:
+        n = 0
+        try:
+            async with aclosing(run(engine, plan(1000), at, RequestId(rid))) as it:
+                async for _ in it:
+                    n += 1
+        except RequestAborted:
+            ends[rid] = ("aborted", n)
+
+    running = asyncio.create_task(consume("running", arrival))
+    # Arrives later on the timeline: still in the inbox when the abort comes.
+    queued = asyncio.create_task(consume("queued", arrival + 10.0))
+    await asyncio.sleep(0.05)
+    assert engine.abort_requests() == 2
+    await asyncio.gather(running, queued)
+    assert ends["queued"] == ("aborted", 0)
+    status, n = ends["running"]
+    assert status == "aborted"
+    assert 0 < n < 1000
+    assert sorted((s.request_id, s.finish_reason) for s in rec.finished) == [
+        ("queued", FinishReason.ABORT),
+        ("running", FinishReason.ABORT),
+    ]
+    assert engine.snapshot() == type(engine.snapshot())(0, 0, 0, 7609)
+    # Still serving: a new request runs to its end.
+    assert len(await collect(run(engine, plan(3), clock.now(), RequestId("after")))) == 3
+    await engine.stop()
+
+
+def paced(n_tokens: int, pacing: Pacing) -> GenerationPlan:
+    return GenerationPlan(16, tuple(f"t{i}" for i in range(n_tokens)), FinishReason.STOP, "e", pacing=pacing)
+
+
+@pytest.mark.looptime
+async def test_a_paced_stream_leaves_at_its_paced_deadlines_and_the_gpu_timeline_is_unchanged() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    durations = [roofline(16, 16)] + [roofline(1, 16 + j) for j in range(1, 4)]
+    gpu = [arrival + sum(durations[: i + 1]) for i in range(4)]
+    # Slowdown 2, 300 ms pause from token 1: arrival + 2 * (t - arrival), + 0.3 s for tokens 1..3.
+    expected = [arrival + 2 * (t - arrival) + (0.3 if i >= 1 else 0.0) for i, t in enumerate(gpu)]
+    events: list[TokenEvent] = []
+    async with aclosing(run(engine, paced(4, Pacing(2.0, 1, 0.3)), arrival, RequestId("r"))) as it:
+        async for ev in it:
+            assert clock.now() == pytest.approx(ev.sim_time, abs=TICK)
+            events.append(ev)
+    assert [e.sim_time for e in events] == pytest.approx(expected, rel=1e-9)
+    (stats,) = rec.finished
+    # The GPU computed and freed the sequence on its own timeline.
+    assert stats.token_times == pytest.approx(gpu, rel=1e-12)
+    assert stats.finish_reason is FinishReason.STOP
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_paced_stream_held_in_its_pause_is_aborted_at_once() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    got: list[int] = []
+
+    async def consume() -> None:
+        async with aclosing(run(engine, paced(3, Pacing(pause_at=0, pause_s=60.0)), arrival, RequestId("r"))) as it:
+            async for ev in it:
+                got.append(ev.index)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(1.0)  # the GPU is long done; the stream holds token 0 for 60 s
+    engine.abort_requests()
+    with pytest.raises(RequestAborted):
+        await task
+    assert clock.now() == pytest.approx(arrival + 1.0, abs=TICK)
+    assert got == []
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_stop_interrupts_a_paced_stream_too() -> None:
+    engine, clock = await started(seed_params(), Recorder())
+    task = asyncio.create_task(
+        collect(run(engine, paced(3, Pacing(pause_at=1, pause_s=60.0)), clock.now(), RequestId("r")))
+    )
+    await asyncio.sleep(1.0)
+    await engine.stop()
+    with pytest.raises(RequestAborted):
+        await task

@@ -20,6 +20,10 @@ are admitted or refused together.
 
 Each stream owns a deque of released events and, while its consumer waits, one future; the
 loop appends and wakes it. No asyncio.Queue per request, nothing per token beyond the event.
+
+A plan with :class:`~llmsim.types.Pacing` gets a :class:`_PacedStream`: the GPU's timeline is
+unchanged (the sequence is batched, computed and freed as any other), and the stream holds each
+released token until its paced deadline on the way out. The engine's stats keep the GPU's times.
 """
 
 from __future__ import annotations
@@ -35,11 +39,11 @@ from typing import ClassVar
 
 from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
 from llmsim.engine.clock import Clock
-from llmsim.engine.errors import EngineOverloaded, EngineStopped
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, TokenEvent
+from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +81,14 @@ class _Stream(Sequence):
         events = self.events
         while not events:
             if self.status >= _FINISHED:
+                if self.status is _ABORTED:
+                    raise RequestAborted("the engine aborted the request")
                 raise StopAsyncIteration
             engine = self.engine
             if engine.failure is not None:
                 raise EngineStopped("the scheduler step loop failed") from engine.failure
             if engine.closed:
-                raise StopAsyncIteration
+                raise RequestAborted("the scheduler engine stopped")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.waiter = waiter
             await waiter
@@ -91,6 +97,57 @@ class _Stream(Sequence):
     async def aclose(self) -> None:
         self.waiter = None
         self.engine.close_stream(self)
+
+    def interrupt(self) -> None:
+        """The stream ended under its consumer (abort, stop): let it see that now."""
+        self.wake()
+
+
+class _PacedStream(_Stream):
+    """A stream whose tokens leave at their paced deadlines, after the step that released them."""
+
+    __slots__ = ("cut", "pacing", "sleeper")
+
+    def __init__(
+        self, engine: SchedulerEngine, plan: GenerationPlan, arrival: float, request_id: RequestId, pacing: Pacing
+    ) -> None:
+        super().__init__(engine, plan, arrival, request_id)
+        self.pacing = pacing
+        # The consumer's task while it waits for a paced deadline: what interrupt() cancels.
+        self.sleeper: asyncio.Task[object] | None = None
+        # Aborted while the GPU had finished it but tokens were still held back.
+        self.cut = False
+
+    async def __anext__(self) -> TokenEvent:
+        if self.cut:
+            raise RequestAborted("the engine aborted the request")
+        event = await _Stream.__anext__(self)
+        deadline = self.pacing.deadline(self.arrival, event.sim_time, event.index)
+        clock = self.engine._clock  # the engine's own clock (a sibling class of this module)
+        if clock.now() < deadline:
+            self.sleeper = asyncio.current_task()
+            try:
+                await clock.sleep_until(deadline)
+            except asyncio.CancelledError:
+                engine = self.engine
+                if not (self.cut or self.status is _ABORTED or engine.closed or engine.failure is not None):
+                    raise
+                # Our own cancellation (abort, stop, failed loop): consumed here; the held token is dropped.
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                if engine.failure is not None:
+                    raise EngineStopped("the scheduler step loop failed") from engine.failure
+                raise RequestAborted("the engine aborted the request") from None
+            finally:
+                self.sleeper = None
+        event.sim_time = deadline
+        return event
+
+    def interrupt(self) -> None:
+        self.wake()
+        if self.sleeper is not None:
+            self.sleeper.cancel()
 
 
 class _Admission:
@@ -136,6 +193,8 @@ class SchedulerEngine(Engine):
         # Streams in the inbox and not aborted (what /metrics counts as waiting besides the scheduler's).
         self._num_inbox = 0
         self._live: set[_Stream] = set()
+        # Paced streams until their consumer closes them (they outlive the sequence on the GPU).
+        self._paced: set[_PacedStream] = set()
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._timeline_end = -math.inf
@@ -175,8 +234,22 @@ class SchedulerEngine(Engine):
     def _wake_everyone(self) -> None:
         for _, _, admission in self._inbox:
             admission.decide()
-        for stream in list(self._live):
-            stream.wake()
+        for stream in {*self._live, *self._paced}:
+            stream.interrupt()
+
+    def abort_requests(self) -> int:
+        streams = [s for s in self._live if s.status < _FINISHED]
+        for stream in streams:
+            self.close_stream(stream)
+        for _, _, admission in self._inbox:
+            admission.decide()  # a request still waiting for its admission gets its aborted streams
+        # Done on the GPU, but still holding tokens back: cut short as well.
+        held = [s for s in self._paced if s.status is _FINISHED and not s.cut]
+        for stream in held:
+            stream.cut = True
+        for stream in (*streams, *held):
+            stream.interrupt()
+        return len(streams) + len(held)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -184,7 +257,12 @@ class SchedulerEngine(Engine):
         self, plans: Seq[GenerationPlan], arrival: float, request_ids: Seq[RequestId]
     ) -> list[TokenStream]:
         self._check_serving()
-        streams = [_Stream(self, plan, arrival, rid) for plan, rid in zip(plans, request_ids, strict=True)]
+        streams = [
+            _Stream(self, plan, arrival, rid)
+            if plan.pacing is None
+            else _PacedStream(self, plan, arrival, rid, plan.pacing)
+            for plan, rid in zip(plans, request_ids, strict=True)
+        ]
         for stream in streams:
             stream.limit_to_context(self._params.context_length)  # raise here, not in the step loop
         limit = self._params.max_waiting_requests
@@ -194,6 +272,7 @@ class SchedulerEngine(Engine):
         self._submitted += 1
         self._num_inbox += len(streams)
         self._live.update(streams)
+        self._paced.update(s for s in streams if isinstance(s, _PacedStream))
         await self.start()
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
@@ -220,6 +299,8 @@ class SchedulerEngine(Engine):
     def close_stream(self, stream: _Stream) -> None:
         """The consumer is done with ``stream``: abort it if it has not ended (idempotent)."""
         self._live.discard(stream)
+        if self._paced:
+            self._paced.discard(stream)
         if stream.status >= _FINISHED:
             return
         now = max(self._clock.now(), stream.arrival)
