@@ -39,6 +39,10 @@ class TokenStream(Protocol):
     before its last token is aborted and frees what it holds. Closing twice is harmless.
     """
 
+    #: Prompt tokens found in the engine's prefix cache (vLLM's ``num_cached_tokens``); final
+    #: once the first token is out, 0 for engines without a cache.
+    num_cached_tokens: int
+
     def __aiter__(self) -> TokenStream: ...
 
     async def __anext__(self) -> TokenEvent: ...
@@ -78,3 +82,16 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def snapshot(self) -> EngineSnapshot:
         """Live running/waiting/KV figures, cheap enough to call on every scrape."""
+
+    def add_lora(self, name: str, path: str) -> None:
+        """Load LoRA adapter ``name`` from ``path`` (again: in place). Plans may then name it.
+
+        Engines without batches have nothing to limit or load: they run an adapter as the base model.
+        """
+
+    def remove_lora(self, name: str) -> None:
+        """Forget adapter ``name``; sequences already running with it finish with it."""
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached KV block; False when the engine cannot now (requests hold blocks)."""
+        return True

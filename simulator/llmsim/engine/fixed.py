@@ -34,6 +34,9 @@ class FixedTiming:
 class _FixedStream:
     """One choice on its own timeline: token ``i`` is due at ``first + i * itl``."""
 
+    # No prefix cache: nothing is ever cached.
+    num_cached_tokens: int = 0
+
     __slots__ = ("_arrival", "_engine", "_first", "_itl", "_plan", "_released", "_reported", "_request_id")
 
     def __init__(self, engine: FixedEngine, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
