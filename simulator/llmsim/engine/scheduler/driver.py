@@ -38,7 +38,7 @@ from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, TokenEvent
 
@@ -322,16 +322,16 @@ class SchedulerEngine(Engine):
 
     # -- the step loop --------------------------------------------------------------------
 
-    def _admit_arrivals(self, step_start: float) -> None:
-        """Hand every request that arrived by ``step_start`` to the scheduler, or refuse it."""
+    def _admit_arrivals(self, cutoff: float) -> None:
+        """Hand every request that arrived by ``cutoff`` (the moment the step is decided) to the scheduler, or refuse it."""
         inbox = self._inbox
-        while inbox and inbox[0][0] <= step_start:
+        while inbox and inbox[0][0] <= cutoff:
             admission = heapq.heappop(inbox)[2]
             live = [s for s in admission.streams if s.status < _FINISHED]  # aborted ones are gone
             self._num_inbox -= len(live)
             for stream in admission.streams:
                 stream.in_inbox = False
-            if not self._scheduler.add_requests(live, step_start):
+            if not self._scheduler.add_requests(live, cutoff):
                 admission.rejected = True
                 self._live.difference_update(live)
             admission.decide()
@@ -344,6 +344,8 @@ class SchedulerEngine(Engine):
         inbox = self._inbox
         loop = asyncio.get_running_loop()
         step_start = self._timeline_end
+        previous_start = -math.inf
+        params = self._params
         while True:
             if not sched.has_work():
                 if not inbox:
@@ -354,7 +356,7 @@ class SchedulerEngine(Engine):
                 # Idle restart: anchored at the arrival stamp, never at "now".
                 if inbox[0][0] > step_start:
                     step_start = inbox[0][0]
-            self._admit_arrivals(step_start)
+            self._admit_arrivals(admission_cutoff(params, step_start, previous_start, bool(sched.running)))
             if not sched.has_work():
                 continue  # every arrival was refused or had left
             out = sched.schedule(step_start)
@@ -379,4 +381,5 @@ class SchedulerEngine(Engine):
                 stream.wake()  # a plan with no tokens ends without a release
                 self._live.discard(stream)
                 observer.on_request_finished(stream.to_stats())
+            previous_start = step_start
             step_start = deadline

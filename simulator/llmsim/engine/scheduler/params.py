@@ -79,6 +79,10 @@ class SchedulerParams:
     enable_kv_cache_events: bool = False
     # LoRA adapters (None: LoRA off, as vLLM without --enable-lora).
     lora: LoraParams | None = None
+    # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
+    # while running sequences keep the GPU busy joins one step later than with synchronous
+    # scheduling. Off here (the plain timeline); runtime.py turns it on as vLLM 0.33+ does.
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         ints = {

@@ -26,9 +26,12 @@ One step, FCFS:
 
 Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_cache_manager.py):
 
-- Synchronous scheduling: the next step is decided after the previous one's tokens are known.
-  vLLM 0.33+ overlaps the two by default (async scheduling); see docs/scheduler.md for why the
-  roofline timeline models it only through ``step_overhead_s``.
+- Async scheduling (``SchedulerParams.async_scheduling``, vLLM 0.33+'s default) is modelled by its
+  effect on admission only (the drivers admit arrivals up to the start of the previous step while
+  running sequences keep the pipeline full: :func:`admission_cutoff`). Not modelled: the CPU time
+  it hides (``step_overhead_s`` is the per-step cost as measured on such a server), the blocks of
+  a finished request returning to the pool one step late, and the wasted decode slot of a request
+  that stops on an end-of-sequence token. See docs/scheduler.md.
 - No speculative decoding, encoder inputs, priority policy, cache salts, KV connectors or
   ``long_prefill_token_threshold``.
 - The whole-sequence admission check is vLLM's ``scheduler_reserve_full_isl`` (default on in
@@ -96,6 +99,19 @@ class StepResult(Generic[S]):
 
     released: list[S] = field(default_factory=list)
     finished: list[S] = field(default_factory=list)
+
+
+def admission_cutoff(params: SchedulerParams, step_start: float, previous_start: float, busy: bool) -> float:
+    """Latest arrival stamp that joins the step starting at ``step_start``.
+
+    Synchronous scheduling decides a step when it starts: everything that arrived by then joins.
+    With vLLM's async scheduling the engine core schedules step k+1 as soon as it has launched
+    step k (a batch queue of two), so while running sequences keep the pipeline full
+    (``busy``), step k+1 only sees what arrived by the start of step k: a request arriving during
+    a step waits one step more. An idle engine schedules at once (the first step after an idle
+    period sees its arrivals, as in vLLM, whose lookahead batch was empty).
+    """
+    return previous_start if params.async_scheduling and busy else step_start
 
 
 class Scheduler(Generic[S]):

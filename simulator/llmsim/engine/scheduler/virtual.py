@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary
 from llmsim.engine.scheduler.workload import WorkloadItem
@@ -191,6 +191,7 @@ def simulate(
             seq.finished_time = when
 
     t = -math.inf
+    previous = -math.inf
     nxt = 0
     na = 0
     while True:
@@ -198,7 +199,8 @@ def simulate(
             if nxt == n:
                 break
             t = max(t, items[order[nxt]].arrival)
-        while nxt < n and items[order[nxt]].arrival <= t:
+        cutoff = admission_cutoff(params, t, previous, bool(sched.running))
+        while nxt < n and items[order[nxt]].arrival <= cutoff:
             i = order[nxt]
             nxt += 1
             if not seqs[i].is_finished and sched.add_requests([seqs[i]], t):
@@ -223,6 +225,7 @@ def simulate(
             observer.on_step(stats)
         if audit:
             sched.kv.audit(sched.running)
+        previous = t
         t = deadline
     # Aborts after everything ended change nothing.
     return SimulationResult(
