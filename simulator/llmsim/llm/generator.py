@@ -10,6 +10,11 @@ compiled at load time):
 5. tokenize, truncate to the budget, then cut at the earliest ``stop`` string (excluded) found in
    what is left.
 
+With ``token_ids=True`` (runtime.py asks when the engine has a prefix cache or publishes KV
+events) each plan also carries the prompt's token ids - the chat template's tokens included, so
+``len(prompt_token_ids) == prompt_tokens`` - and its output tokens' ids; engines hash them into
+prefix-cache blocks. A Hugging Face tokenizer always produces ids (it counts by tokenizing).
+
 finish_reason is ``length`` when the budget cut the output or ``ignore_eos`` filled it, else
 ``stop``. The budget is ``max_tokens``, or ``context_length - prompt_tokens`` when None.
 NOTE: as in vLLM, ``ignore_eos`` ignores only the end of the scripted text: a stop string still
@@ -21,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llmsim.llm.errors import ContextLengthError
-from llmsim.llm.filler import filler_tokens
 from llmsim.llm.matcher import Matcher
-from llmsim.llm.prompt import count_prompt_tokens
+from llmsim.llm.prompt import count_prompt_tokens, prompt_token_ids
 from llmsim.llm.script import NO_GROUPS, Content, Entry, Script, Synthetic
 from llmsim.llm.stable_hash import ChoiceHash
-from llmsim.llm.tokenizer import encode
+from llmsim.llm.tokenizer import RegexTokenizer, Tokenizer, Tokens
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message
 
 __all__ = ["Generator"]
@@ -64,17 +68,44 @@ class Generator:
         Served model name, the ``{model}`` template variable.
     context_length:
         Maximum prompt + output tokens (vLLM's ``max_model_len``).
+    tokenizer:
+        The model's tokenizer (default: the built-in regex tokenizer).
+    token_ids:
+        Put token ids in the plans (prompt and outputs) for the engine's prefix cache.
     """
 
-    __slots__ = ("_matcher", "context_length", "model_name", "script")
+    __slots__ = ("_ids", "_matcher", "context_length", "model_name", "script", "tokenizer")
 
-    def __init__(self, script: Script, *, model_name: str, context_length: int) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        model_name: str,
+        context_length: int,
+        tokenizer: Tokenizer | None = None,
+        token_ids: bool = False,
+    ) -> None:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
         self.script = script
         self.model_name = model_name
         self.context_length = context_length
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else RegexTokenizer()
+        # The regex tokenizer counts without building ids; any other one counts by tokenizing.
+        self._ids = token_ids or not isinstance(self.tokenizer, RegexTokenizer)
         self._matcher = Matcher(script.entries)
+
+    def prompt_token_ids(self, request: GenerationRequest) -> tuple[int, ...]:
+        """The prompt's token ids as the engine sees them (``/tokenize``): template tokens included."""
+        return prompt_token_ids(request, self.tokenizer)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids (``/detokenize``); ValueError("Token id N is out of vocabulary")."""
+        return self.tokenizer.decode(token_ids)
+
+    def token_strs(self, token_ids: Sequence[int]) -> list[str]:
+        """Each id's token string (``/tokenize`` with ``return_token_strs``)."""
+        return self.tokenizer.id_to_token(token_ids)
 
     def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
         """The entry answering a (stripped) user message and its template variables."""
@@ -83,7 +114,13 @@ class Generator:
 
     def generate(self, request: GenerationRequest) -> tuple[GenerationPlan, ...]:
         """One plan per choice (``request.n``). Raises :class:`ContextLengthError`."""
-        prompt_tokens = count_prompt_tokens(request)
+        with_ids = self._ids
+        prompt_ids: tuple[int, ...] | None = None
+        if with_ids:
+            prompt_ids = prompt_token_ids(request, self.tokenizer)
+            prompt_tokens = len(prompt_ids)
+        else:
+            prompt_tokens = count_prompt_tokens(request)
         context = self.context_length
         if prompt_tokens > context:
             raise ContextLengthError.prompt_too_long(context, prompt_tokens)
@@ -98,8 +135,9 @@ class Generator:
         variables = {**groups, "last_user_message": raw, "model": self.model_name}
         seed = self.script.seed if request.seed is None else request.seed
         hasher = ChoiceHash(seed, entry.id, key)
+        tokenizer = self.tokenizer
         # Renders and tokenizations shared by choices that say the same thing.
-        encoded: dict[str, tuple[str, ...]] = {}
+        encoded: dict[str, Tokens] = {}
 
         plans = []
         for index in range(request.n):
@@ -109,7 +147,7 @@ class Generator:
             if isinstance(body, Synthetic):
                 n = body.min_tokens + choice_draw % (body.max_tokens - body.min_tokens + 1)
                 # One past the budget is enough to know it was cut; skip building the rest.
-                tokens = filler_tokens(min(n, budget + 1), filler_draw, leading_space=False)
+                out = tokenizer.filler(min(n, budget + 1), filler_draw, leading_space=False, with_ids=with_ids)
             else:
                 if isinstance(body, Content):
                     template = body.template
@@ -119,9 +157,9 @@ class Generator:
                 text = template.render(variables)
                 cached = encoded.get(text)
                 if cached is None:
-                    cached = encoded[text] = tuple(encode(text))
-                tokens = cached
-            tokens, finish = self._finish(tokens, budget, request, filler_draw >> 32)
+                    cached = encoded[text] = tokenizer.split(text, with_ids)
+                out = cached
+            (tokens, ids), finish = self._finish(out, budget, request, filler_draw >> 32)
             plans.append(
                 GenerationPlan(
                     prompt_tokens=prompt_tokens,
@@ -130,27 +168,38 @@ class Generator:
                     entry_id=entry.id,
                     variant=variant,
                     choice_index=index,
+                    prompt_token_ids=prompt_ids,
+                    token_ids=ids,
+                    lora_name=request.lora_name,
                 )
             )
         return tuple(plans)
 
-    @staticmethod
     def _finish(
-        tokens: tuple[str, ...], budget: int, request: GenerationRequest, pad_draw: int
-    ) -> tuple[tuple[str, ...], FinishReason]:
+        self, out: Tokens, budget: int, request: GenerationRequest, pad_draw: int
+    ) -> tuple[Tokens, FinishReason]:
         """Pad (ignore_eos), truncate to the budget, cut at a stop string; with the finish reason."""
+        tokens, ids = out
+        with_ids = ids is not None
         if request.ignore_eos and len(tokens) < budget:
-            tokens += filler_tokens(budget - len(tokens), pad_draw, leading_space=bool(tokens))
+            pad, pad_ids = self.tokenizer.filler(
+                budget - len(tokens), pad_draw, leading_space=bool(tokens), with_ids=with_ids
+            )
+            tokens += pad
+            if ids is not None and pad_ids is not None:
+                ids += pad_ids
         truncated = len(tokens) > budget
         if truncated:
             tokens = tokens[:budget]
+            if ids is not None:
+                ids = ids[:budget]
         # Stop strings are looked for in the text actually generated, as vLLM does: one that would
         # only complete after the budget never fires.
         if request.stop:
             text = "".join(tokens)
             cut = _stop_at(text, request.stop)
             if cut >= 0:
-                return tuple(encode(text[:cut])), FinishReason.STOP
+                return self.tokenizer.split(text[:cut], with_ids), FinishReason.STOP
         if truncated or request.ignore_eos:
-            return tokens, FinishReason.LENGTH
-        return tokens, FinishReason.STOP
+            return (tokens, ids), FinishReason.LENGTH
+        return (tokens, ids), FinishReason.STOP
