@@ -43,7 +43,9 @@ def test_regex_chat_prompt_ids_follow_the_template_and_count_what_usage_reports(
     (plan,) = gen.generate(request)
     # <|start_header_id|>=2 system=5 <|end_header_id|>=3 "Be" " brief" "." <|eot_id|>=4, then
     # 2 user=7 3 "tell" 4, then the reply priming 2 assistant=8 3.
-    expected = [2, 5, 3, text_id("Be"), text_id(" brief"), text_id("."), 4] + [2, 7, 3, text_id("tell"), 4] + [2, 8, 3]
+    system = [2, 5, 3, text_id("Be"), text_id(" brief"), text_id("."), 4]
+    user = [2, 7, 3, text_id("tell"), 4]
+    expected = [*system, *user, 2, 8, 3]
     assert plan.prompt_token_ids == tuple(expected)
     assert plan.prompt_tokens == len(expected) == count_prompt_tokens(request)
     assert plan.token_ids == tuple(text_id(t) for t in plan.tokens)
