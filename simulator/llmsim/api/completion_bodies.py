@@ -23,12 +23,15 @@ _encode_text = json.encoder.encode_basestring
 _FINISH: dict[FinishReason | None, bytes] = {None: b"null", **{r: b'"%s"' % r.value.encode() for r in FinishReason}}
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
     total = prompt_tokens + completion_tokens
-    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":null}' % (
+    # vLLM fills prompt_tokens_details only with --enable-prompt-tokens-details (off by default).
+    details = b"null" if cached_tokens is None else b'{"cached_tokens":%d}' % cached_tokens
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":%s}' % (
         prompt_tokens,
         total,
         completion_tokens,
+        details,
     )
 
 
@@ -77,9 +80,9 @@ class ChunkTemplates:
         """A closing chunk with no text (a choice that produced no token, or an aborted one)."""
         return self.token(index, "", finish, usage)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The final ``include_usage`` chunk: no choices, only usage."""
-        return self._head + b'],"usage":' + _usage(prompt_tokens, completion_tokens) + b"}\n\n"
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+        """The final ``include_usage`` chunk: no choices, only usage (with cached tokens when given)."""
+        return self._head + b'],"usage":' + _usage(prompt_tokens, completion_tokens, cached_tokens) + b"}\n\n"
 
     def error(self, message: str, err_type: str, code: int) -> bytes:
         """An error during a stream: sent as data, the stream still ends with [DONE]."""
@@ -94,10 +97,14 @@ def completion_body(
     plans: Sequence[GenerationPlan],
     texts: Sequence[Sequence[str]],
     prompt_tokens: int,
+    cached_tokens: int | None = None,
     *,
     chat: bool,
 ) -> dict[str, Any]:
-    """A whole (non-streamed) ``chat.completion`` or ``text_completion``; ``texts`` holds each choice's tokens."""
+    """A whole (non-streamed) ``chat.completion`` or ``text_completion``; ``texts`` holds each choice's tokens.
+
+    ``cached_tokens`` (vLLM's --enable-prompt-tokens-details): ``usage.prompt_tokens_details``.
+    """
     choices: list[dict[str, Any]] = []
     for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
         text = "".join(tokens)
@@ -118,5 +125,6 @@ def completion_body(
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens,
+            **({} if cached_tokens is None else {"prompt_tokens_details": {"cached_tokens": cached_tokens}}),
         },
     }

@@ -23,6 +23,7 @@ class CompletionStream:
     """
 
     __slots__ = (
+        "_cached_tokens",
         "_chat",
         "_chunks",
         "_completion_tokens",
@@ -51,8 +52,11 @@ class CompletionStream:
         include_usage: bool,
         now: Callable[[], float],
         observe_lags: Callable[[Sequence[float]], None],
+        cached_tokens: Callable[[], int] | None = None,
     ) -> None:
         self._chunks = chunks
+        # Read when the usage chunk is written (the engine knows the hit once the prefill ran).
+        self._cached_tokens = cached_tokens
         self._plans = plans
         self._chat = chat
         self._prompt_tokens = prompt_tokens
@@ -98,7 +102,8 @@ class CompletionStream:
                 usage = (plan.prompt_tokens, 0) if self._continuous else None
                 parts.append(self._chunks.finish(pos, plan.finish_reason, usage))
         if self._include_usage:
-            parts.append(self._chunks.usage(self._prompt_tokens, self._completion_tokens))
+            cached = self._cached_tokens() if self._cached_tokens is not None else None
+            parts.append(self._chunks.usage(self._prompt_tokens, self._completion_tokens, cached))
         parts.append(DONE)
         return b"".join(parts)
 

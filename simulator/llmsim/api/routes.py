@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,8 +45,18 @@ def _arrival(request: Request, state: ApiState) -> float:
 def _served(state: ApiState, model: str) -> ServedModel:
     served = state.models.get(model)
     if served is None:
-        raise model_not_found(model)
+        base = state.lora_adapters.get(model)
+        if base is None:
+            raise model_not_found(model)
+        served = state.models[base]
     return served
+
+
+def _with_lora(requests: list[GenerationRequest], served: ServedModel, model: str) -> list[GenerationRequest]:
+    """Requests naming a LoRA adapter run on its base model with that adapter (vLLM)."""
+    if model == served.name:
+        return requests
+    return [dataclasses.replace(r, lora_name=model) for r in requests]
 
 
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -90,7 +101,7 @@ async def chat_completions(request: Request) -> Response:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    plans = _plan(served, [gen_request])
+    plans = _plan(served, _with_lora([gen_request], served, body.model))
     return await _respond(request, served, body, plans, arrival, chat=True)
 
 
@@ -99,7 +110,7 @@ async def completions(request: Request) -> Response:
     arrival = _arrival(request, state)
     body: CompletionRequest = await _parse(request, CompletionRequest)
     served = _served(state, body.model)
-    plans = _plan(served, body.to_generation_requests())
+    plans = _plan(served, _with_lora(body.to_generation_requests(), served, body.model))
     return await _respond(request, served, body, plans, arrival, chat=False)
 
 
@@ -117,14 +128,20 @@ async def _respond(
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     prompt_tokens = _prompt_tokens(plans, body)
+    # The name the client asked for: the base model's, or a LoRA adapter's (as vLLM answers).
+    model = body.model
     if not body.stream:
-        texts = await _until_disconnect(_complete(served, plans, arrival, ids, now), request)
-        if texts is None:  # the client left; nobody reads this
+        done = await _until_disconnect(_complete(served, plans, arrival, ids, now, body.n), request)
+        if done is None:  # the client left; nobody reads this
             return Response(status_code=499)
-        return JSONResponse(completion_body(request_id, created, served.name, plans, texts, prompt_tokens, chat=chat))
+        texts, cached = done
+        details = cached if served.enable_prompt_tokens_details else None
+        return JSONResponse(
+            completion_body(request_id, created, model, plans, texts, prompt_tokens, details, chat=chat)
+        )
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
-        ChunkTemplates(request_id, created, served.name, chat=chat),
+        ChunkTemplates(request_id, created, model, chat=chat),
         plans,
         chat=chat,
         prompt_tokens=prompt_tokens,
@@ -132,6 +149,7 @@ async def _respond(
         include_usage=body.include_usage,
         now=now,
         observe_lags=served.observe_lags,
+        cached_tokens=partial(_cached_tokens, streams, body.n) if served.enable_prompt_tokens_details else None,
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
@@ -144,14 +162,20 @@ def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest 
     return sum(p.prompt_tokens for p in plans[:: body.n])
 
 
+def _cached_tokens(streams: Sequence[TokenStream], n: int) -> int:
+    """usage.prompt_tokens_details.cached_tokens: each prompt's first choice's hit, added up."""
+    return sum(s.num_cached_tokens for s in streams[::n])
+
+
 async def _complete(
     served: ServedModel,
     plans: Sequence[GenerationPlan],
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
-) -> list[list[str]]:
-    """Each choice's released token texts (lags reported once, however it ends)."""
+    n: int,
+) -> tuple[list[list[str]], int]:
+    """Each choice's released token texts, and the cached prompt tokens (lags reported once, however it ends)."""
     streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
@@ -163,7 +187,7 @@ async def _complete(
     finally:
         await events.aclose()
         served.observe_lags(lags)
-    return texts
+    return texts, _cached_tokens(streams, n)
 
 
 async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
@@ -210,6 +234,21 @@ async def list_models(request: Request) -> Response:
             "llmsim": m.info.to_json(),
         }
         for m in state.models.values()
+    ]
+    # LoRA adapters after the base models, in load order, as vLLM lists them.
+    data += [
+        {
+            "id": name,
+            "object": "model",
+            "created": m.created,
+            "owned_by": "llmsim",
+            "root": path,
+            "parent": m.name,
+            "max_model_len": None,
+            "permission": [],
+        }
+        for m in state.models.values()
+        for name, path in m.lora_adapters.items()
     ]
     return JSONResponse({"object": "list", "data": data})
 

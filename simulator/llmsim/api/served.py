@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmsim.engine import Engine
@@ -48,3 +48,10 @@ class ServedModel:
     info: EngineInfo
     # Receives the release lags of one request's tokens, in one call per request.
     observe_lags: Callable[[Sequence[float]], None] = _drop
+    # LoRA adapters served on this model (name -> path), in load order; requests name them in
+    # "model". Changed at runtime by /v1/load_lora_adapter and /v1/unload_lora_adapter.
+    lora_adapters: dict[str, str] = field(default_factory=dict)
+    # The model has a lora section (vLLM's --enable-lora): adapters may be loaded at runtime.
+    lora_enabled: bool = False
+    # vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens in responses.
+    enable_prompt_tokens_details: bool = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmsim.api.served import ServedModel
 from llmsim.engine.clock import Clock
@@ -13,3 +13,5 @@ class ApiState:
     models: dict[str, ServedModel]
     # The engines' clock: arrival stamps and lag use the same timeline as token deadlines.
     clock: Clock
+    # LoRA adapter name -> the served model it runs on (requests name adapters in "model").
+    lora_adapters: dict[str, str] = field(default_factory=dict)

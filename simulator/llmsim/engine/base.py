@@ -32,6 +32,27 @@ class NullObserver:
         pass
 
 
+class ObserverGroup:
+    """Several observers as one (runtime.py: the metrics and the KV-events publisher of a model)."""
+
+    __slots__ = ("_observers",)
+
+    def __init__(self, *observers: EngineObserver) -> None:
+        self._observers = observers
+
+    def on_step(self, stats: StepStats) -> None:
+        for observer in self._observers:
+            observer.on_step(stats)
+
+    def on_first_token(self, ttft: float) -> None:
+        for observer in self._observers:
+            observer.on_first_token(ttft)
+
+    def on_request_finished(self, stats: RequestStats) -> None:
+        for observer in self._observers:
+            observer.on_request_finished(stats)
+
+
 class TokenStream(Protocol):
     """One admitted choice's tokens, pulled by the API one :class:`TokenEvent` at a time.
 
