@@ -8,6 +8,7 @@ import pytest
 
 from llmsim.config import load_models_config
 from llmsim.errors import ConfigError
+from llmsim.runtime import build_runtime, scheduler_params
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -78,6 +79,18 @@ models:
             "models[0] (name 'a'): field 'profile': unknown model profile",
         ),
         ("models: [{engine: fixed}]", "models[0]: field 'name': required field is missing"),
+        (
+            "models: [{name: a, engine: fixed, lora: {max_loras: 2, max_cpu_loras: 1}}]",
+            "models[0] (name 'a'): field 'lora': Value error, max_cpu_loras (1) must be >= max_loras (2).",
+        ),
+        (
+            "models:\n  - {name: a, engine: fixed}\n  - {name: b, engine: fixed, lora: {adapters: [{name: a}]}}",
+            "LoRA adapter 'a' conflicts with a served base model",
+        ),
+        (
+            "models: [{name: a, engine: fixed, kv_events: {event_format: json}}]",
+            "models[0] (name 'a'): field 'kv_events.event_format'",
+        ),
         ("models: [{name: a, engine: fixed}\n", "invalid YAML: line"),
         ("[1, 2]", "expected a mapping"),
     ],
@@ -95,3 +108,53 @@ def test_errors_name_file_entry_and_field(tmp_path: Path, text: str, expected: s
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read file"):
         load_models_config(tmp_path / "nope.yml")
+
+
+SCHEDULER = """
+hardware:
+  toy: {hbm_gib: 2, memory_bandwidth_gbps: 2000, peak_tflops: 400}
+models:
+  - name: a
+    engine: scheduler
+    hardware: toy
+    context_length: 1024
+    weights: {parameters_billions: 0.01}
+    kv_cache: {bytes_per_token: 1024}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            "    tokenizer: {path: missing/tokenizer.json}",
+            "models[0] (name 'a'): field 'tokenizer.path': cannot load tokenizer",
+        ),
+        (
+            "    kv_events: {enable_kv_cache_events: true, endpoint: 'tcp://*:not-a-port'}",
+            "models[0] (name 'a'): field 'kv_events.endpoint': KV events: cannot bind tcp://*:not-a-port",
+        ),
+    ],
+)
+def test_runtime_checks_stop_before_anything_listens(tmp_path: Path, extra: str, expected: str) -> None:
+    path = write(tmp_path, SCHEDULER + extra + "\n")
+    with pytest.raises(ConfigError) as info:
+        build_runtime(path)
+    assert str(info.value).startswith(str(path) + ": ")
+    assert expected in str(info.value)
+
+
+def test_kv_events_need_a_kv_cache(tmp_path: Path) -> None:
+    path = write(tmp_path, "models: [{name: f, engine: instant, kv_events: {enable_kv_cache_events: true}}]")
+    with pytest.raises(
+        ConfigError, match="models\\[0\\] \\(name 'f'\\): field 'kv_events': KV-cache events need engine 'scheduler'"
+    ):
+        build_runtime(path)
+
+
+def test_prefix_caching_and_async_scheduling_default_on_as_in_vllm(tmp_path: Path) -> None:
+    params = scheduler_params(load_models_config(write(tmp_path, SCHEDULER)), "a")
+    assert params.enable_prefix_caching
+    assert params.async_scheduling
+    assert not params.enable_kv_cache_events
+    assert params.lora is None
