@@ -31,7 +31,7 @@ Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_c
   running sequences keep the pipeline full: :func:`admission_cutoff`). Not modelled: the CPU time
   it hides (``step_overhead_s`` is the per-step cost as measured on such a server), the blocks of
   a finished request returning to the pool one step late, and the wasted decode slot of a request
-  that stops on an end-of-sequence token. See docs/scheduler.md.
+  that stops on an end-of-sequence token. See docs/routing.md.
 - No speculative decoding, encoder inputs, priority policy, cache salts, KV connectors or
   ``long_prefill_token_threshold``.
 - The whole-sequence admission check is vLLM's ``scheduler_reserve_full_isl`` (default on in
