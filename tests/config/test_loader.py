@@ -158,3 +158,19 @@ def test_prefix_caching_and_async_scheduling_default_on_as_in_vllm(tmp_path: Pat
     assert params.async_scheduling
     assert not params.enable_kv_cache_events
     assert params.lora is None
+
+
+def test_the_readme_models_yml_example_is_valid(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### models.yml") :]
+    example = section[section.index("```yaml") + len("```yaml") : section.index("```", section.index("```yaml") + 7)]
+    config = load_models_config(write(tmp_path, example))
+    llama = config.model("llama-3.1-8b")
+    assert llama.kv_events is not None
+    assert llama.kv_events.enable_kv_cache_events
+    assert llama.lora is not None
+    assert [a.name for a in llama.lora.adapters] == ["sql-lora"]
+    params = scheduler_params(config, "llama-3.1-8b")
+    assert params.enable_prefix_caching
+    assert params.lora is not None
+    assert params.lora.load_s == 0.02
