@@ -8,7 +8,15 @@ import types
 
 import pytest
 
-PACKAGES = ["llmsim.llm", "llmsim.engine", "llmsim.engine.scheduler", "llmsim.config", "llmsim.metrics", "llmsim.api"]
+PACKAGES = [
+    "llmsim.llm",
+    "llmsim.engine",
+    "llmsim.engine.scheduler",
+    "llmsim.config",
+    "llmsim.metrics",
+    "llmsim.api",
+    "llmsim.kv_events",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
