@@ -18,6 +18,7 @@ PACKAGES = [
     "llmsim.benchmark",
     "llmsim.fleet",
     "llmsim.calibration",
+    "llmsim.kv_events",
 ]
 
 

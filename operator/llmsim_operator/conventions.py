@@ -33,6 +33,12 @@ MODELS_KEY = "models.yml"
 RESPONSES_KEY = "responses.yml"
 CONTAINER_PORT = 8000
 CONTAINER_NAME = "llmsim"
+#: KV-cache events: vLLM's default PUB port, and the topic llm-d's indexer parses (kv@<pod-ip>@<model>).
+KV_EVENTS_PORT = 5557
+KV_EVENTS_TOPIC = "kv@{pod_ip}@{model}"
+#: Where a tokenizer ConfigMap is mounted in the simulator container.
+TOKENIZER_DIR = "/etc/llmsim-tokenizer"
+TOKENIZER_FILE = "tokenizer.json"
 #: Non-root uid/gid of the simulator image (distroless "nonroot").
 RUN_AS_USER = 65532
 

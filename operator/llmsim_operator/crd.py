@@ -145,8 +145,76 @@ _SCHEDULER = _obj(
             "exclusiveMaximum": True,
             "default": 0.0,
         },
+        "enablePrefixCaching": {
+            "type": "boolean",
+            "description": "Reuse cached KV blocks of shared prompt prefixes (enable_prefix_caching; the simulator's "
+            "default, as vLLM V1's, is on).",
+        },
+        "asyncScheduling": {
+            "type": "boolean",
+            "description": "Schedule step k+1 while step k runs (async_scheduling; default on, as vLLM 0.33+).",
+        },
     },
     default={},
+)
+
+_LORA = _obj(
+    "LoRA adapters served on the model (vLLM's --enable-lora, --max-loras, --max-cpu-loras, --lora-modules). "
+    "Requests name an adapter in `model`.",
+    {
+        "maxLoras": _int("Distinct adapters in one running batch (max_loras; default 1)."),
+        "maxCpuLoras": _int("Adapters kept loaded (max_cpu_loras; default maxLoras); must be >= maxLoras."),
+        "loadMs": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Simulated time to load an adapter that is not loaded (ms, default 0).",
+        },
+        "adapters": {
+            "type": "array",
+            "description": "Adapters loaded at startup, in order.",
+            "items": _obj(
+                "One adapter.",
+                {
+                    "name": _str("Adapter name, as requests give it in `model`.", minLength=1),
+                    "path": _str("Where vLLM would load it from (part of the prefix-cache block hash)."),
+                },
+                required=["name"],
+            ),
+        },
+    },
+)
+
+_KV_EVENTS = _obj(
+    "KV-cache events for KV-aware routers (vLLM's --kv-events-config): a ZMQ PUB socket on each pod.",
+    {
+        "enabled": _bool("Publish BlockStored/BlockRemoved/AllBlocksCleared events.", False),
+        "port": _int("Container port the PUB socket binds (named `kv-events`; default 5557).", maximum=65535),
+        "topic": _str(
+            "ZMQ topic; {pod_ip} and {model} are filled in on each pod (default kv@{pod_ip}@{model}, "
+            "the topic shape llm-d's KV-cache indexer parses)."
+        ),
+        "eventFormat": _str(
+            "map: events as msgpack maps (vLLM now); array: positional arrays (vLLM up to 0.23).",
+            enum=["map", "array"],
+        ),
+    },
+)
+
+_TOKENIZER = _obj(
+    "A Hugging Face tokenizer.json for prompt counts, output tokens and block hashes (default: the built-in "
+    "regex tokenizer). Mounted from a ConfigMap in the same namespace (ConfigMaps hold at most 1 MiB).",
+    {
+        "configMapRef": _obj(
+            "The ConfigMap holding tokenizer.json (mounted as is; restart the pods after changing it).",
+            {
+                "name": _str("ConfigMap name.", minLength=1),
+                "key": _str("Key holding the tokenizer file.", default="tokenizer.json", minLength=1),
+            },
+            required=["name"],
+        ),
+        "chatTemplate": _str("Chat template rendered around messages.", enum=["chatml", "llama-3"]),
+    },
+    required=["configMapRef"],
 )
 
 _LATENCY = _obj(
@@ -336,6 +404,14 @@ SPEC_SCHEMA = _obj(
             "when no API key is set.",
             "admin-key",
         ),
+        "enablePromptTokensDetails": {
+            "type": "boolean",
+            "description": "Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details; "
+            "default off, as vLLM).",
+        },
+        "lora": _LORA,
+        "kvEvents": _KV_EVENTS,
+        "tokenizer": _TOKENIZER,
         "responses": _RESPONSES,
         "replicas": _int("Number of simulator pods (the scale subresource's spec path).", minimum=0, default=1),
         "autoscaling": _AUTOSCALING,

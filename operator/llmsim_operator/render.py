@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmsim_operator import conventions as c
-from llmsim_operator.simulator_config import config_hash
+from llmsim_operator.simulator_config import config_hash, kv_events_port
 from llmsim_operator.spec import SimulatorSpec
 
 Manifest = dict[str, Any]
@@ -117,7 +117,20 @@ def _container(sim: SimulatorSpec, image: str, with_responses: bool) -> dict[str
     }
     if "imagePullPolicy" in sim.spec:
         container["imagePullPolicy"] = sim.spec["imagePullPolicy"]
+    events_port = kv_events_port(sim)
+    if events_port is not None:
+        container["ports"].append({"name": "kv-events", "containerPort": events_port, "protocol": "TCP"})
+        # The events' topic names the pod by its IP (kv@<pod-ip>@<model>).
+        container["env"] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    if sim.section("tokenizer"):
+        container["volumeMounts"].append({"name": "tokenizer", "mountPath": c.TOKENIZER_DIR, "readOnly": True})
     return container
+
+
+def _tokenizer_volume(sim: SimulatorSpec) -> dict[str, Any]:
+    ref = sim.section("tokenizer")["configMapRef"]
+    items = [{"key": ref.get("key", c.TOKENIZER_FILE), "path": c.TOKENIZER_FILE}]
+    return {"name": "tokenizer", "configMap": {"name": ref["name"], "items": items}}
 
 
 def render_deployment(
@@ -151,6 +164,8 @@ def render_deployment(
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
         ],
     }
+    if sim.section("tokenizer"):
+        pod_spec["volumes"].append(_tokenizer_volume(sim))
     if pod_extras.get("nodeSelector"):
         pod_spec["nodeSelector"] = dict(pod_extras["nodeSelector"])
     if pod_extras.get("tolerations"):

@@ -12,7 +12,14 @@ from typing import Any
 
 import yaml
 
-from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
+from llmsim_operator.conventions import (
+    KV_EVENTS_PORT,
+    KV_EVENTS_TOPIC,
+    MODELS_KEY,
+    RESPONSES_KEY,
+    TOKENIZER_DIR,
+    TOKENIZER_FILE,
+)
 from llmsim_operator.crd import FAULT_RATES
 from llmsim_operator.spec import SimulatorSpec
 
@@ -23,12 +30,15 @@ _KV_CACHE = {
     "blockSize": "block_size",
     "gpuMemoryUtilization": "gpu_memory_utilization",
     "watermark": "watermark",
+    "enablePrefixCaching": "enable_prefix_caching",
 }
 _SCHEDULER = {
     "maxBatchTokens": "max_batch_tokens",
     "maxNumSequences": "max_num_sequences",
     "maxWaitingRequests": "max_waiting_requests",
+    "asyncScheduling": "async_scheduling",
 }
+_LORA = {"maxLoras": "max_loras", "maxCpuLoras": "max_cpu_loras", "loadMs": "load_ms"}
 _LATENCY = {
     "stepOverheadMs": "step_overhead_ms",
     "ttftOverheadMs": "ttft_overhead_ms",
@@ -72,6 +82,9 @@ def models_document(sim: SimulatorSpec) -> dict[str, Any]:
     faults = _faults(sim.section("faults"))
     if faults:
         entry["faults"] = faults
+    if "enablePromptTokensDetails" in sim.spec:
+        entry["enable_prompt_tokens_details"] = bool(sim.spec["enablePromptTokensDetails"])
+    entry.update(_routing(sim))
     doc: dict[str, Any] = {"version": 1}
     if "startupSeconds" in sim.spec:
         doc["startup_seconds"] = sim.spec["startupSeconds"]
@@ -98,6 +111,37 @@ def _faults(spec: dict[str, Any]) -> dict[str, Any]:
     if faults == {"header_override": False}:
         return {}
     return faults
+
+
+def _routing(sim: SimulatorSpec) -> dict[str, Any]:
+    """models.yml's lora, kv_events and tokenizer sections, from spec.lora, spec.kvEvents, spec.tokenizer."""
+    out: dict[str, Any] = {}
+    lora = sim.section("lora")
+    if lora:
+        section = _pick(lora, _LORA)
+        section["adapters"] = [{"name": a["name"], "path": a.get("path", "")} for a in lora.get("adapters", [])]
+        out["lora"] = section
+    events = sim.section("kvEvents")
+    if events.get("enabled"):
+        # Bound on every interface: llm-d's indexer dials tcp://<pod-ip>:<port> (pod discovery).
+        out["kv_events"] = {
+            "enable_kv_cache_events": True,
+            "endpoint": f"tcp://*:{kv_events_port(sim)}",
+            "topic": events.get("topic", KV_EVENTS_TOPIC),
+            "event_format": events.get("eventFormat", "map"),
+        }
+    tokenizer = sim.section("tokenizer")
+    if tokenizer:
+        out["tokenizer"] = {"path": f"{TOKENIZER_DIR}/{TOKENIZER_FILE}"}
+        if "chatTemplate" in tokenizer:
+            out["tokenizer"]["chat_template"] = tokenizer["chatTemplate"]
+    return out
+
+
+def kv_events_port(sim: SimulatorSpec) -> int | None:
+    """The container port of the KV-events PUB socket, None when events are off."""
+    events = sim.section("kvEvents")
+    return int(events.get("port", KV_EVENTS_PORT)) if events.get("enabled") else None
 
 
 def models_yaml(sim: SimulatorSpec) -> str:

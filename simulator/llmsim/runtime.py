@@ -15,20 +15,23 @@ from pathlib import Path
 
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
+from llmsim.api.dev_routes import dev_mode, dev_routes
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
+from llmsim.api.lora_routes import lora_routes, runtime_lora_updating
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
-from llmsim.engine import Clock, Engine, EngineObserver, MonotonicClock
+from llmsim.engine import Clock, Engine, EngineObserver, MonotonicClock, ObserverGroup
 from llmsim.engine.fixed import FixedEngine, FixedTiming
 from llmsim.engine.instant import InstantEngine
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.params import (
     GpuSpec,
+    LoraParams,
     ModelSpec,
     SchedulerParams,
     check_context_fits,
@@ -36,7 +39,8 @@ from llmsim.engine.scheduler.params import (
     num_kv_blocks,
 )
 from llmsim.errors import ConfigError
-from llmsim.llm import Generator, Script, load_responses
+from llmsim.kv_events import KVEventStream, ZmqPublisher
+from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
 from llmsim.metrics import MetricsHub, cache_config_labels
 
 logger = logging.getLogger("llmsim")
@@ -91,11 +95,42 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
             step_overhead_s=latency.step_overhead_ms / 1000 if latency else 0.0,
             compute_efficiency=model.efficiency.compute,
             memory_efficiency=model.efficiency.memory,
+            enable_prefix_caching=model.kv_cache.enable_prefix_caching,
+            enable_kv_cache_events=model.kv_events is not None and model.kv_events.enable_kv_cache_events,
+            lora=lora_params(model),
+            async_scheduling=sched.async_scheduling,
         )
         check_context_fits(params, num_kv_blocks(params))
     except ValueError as exc:
         raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="kv_cache") from None
     return params
+
+
+def lora_params(model: ModelConfig) -> LoraParams | None:
+    """The model's LoRA limits and startup adapters, or None without a lora section."""
+    lora = model.lora
+    if lora is None:
+        return None
+    return LoraParams(
+        max_loras=lora.max_loras,
+        max_cpu_loras=lora.max_cpu_loras if lora.max_cpu_loras is not None else lora.max_loras,
+        load_s=lora.load_ms / 1000,
+        adapters=tuple((a.name, a.path) for a in lora.adapters),
+    )
+
+
+def build_tokenizer(config: ModelsConfig, model: ModelConfig, file: str) -> Tokenizer:
+    """The model's tokenizer: the regex one, or its tokenizer.json (relative to the config file)."""
+    spec = model.tokenizer
+    if spec == "regex":
+        return RegexTokenizer()
+    path = Path(spec.path)
+    if not path.is_absolute() and file != EMBEDDED_MODELS:
+        path = Path(file).parent / path
+    try:
+        return HuggingFaceTokenizer(path, spec.chat_template)
+    except ValueError as exc:
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="tokenizer.path") from None
 
 
 def fixed_timing(model: ModelConfig) -> FixedTiming:
@@ -149,11 +184,81 @@ def build_engine(
             gpu_memory_utilization=params.gpu_memory_utilization,
             enable_prefix_caching=model.kv_cache.enable_prefix_caching,
         )
+        if params.enable_kv_cache_events and not params.enable_prefix_caching:
+            # vLLM's own warning: nothing is ever stored, so only AllBlocksCleared could be sent.
+            logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
         return BuiltEngine(SchedulerEngine(params, clock, observer), info, cache_config)
+    if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
+        raise ConfigError(
+            file,
+            "KV-cache events need engine 'scheduler' (a KV cache)",
+            entry=config.entry_label(model.name),
+            field="kv_events",
+        )
     info = EngineInfo(engine=model.engine)
     if model.engine == "fixed":
         return BuiltEngine(FixedEngine(fixed_timing(model), clock, observer), info)
     return BuiltEngine(InstantEngine(clock, observer), info)
+
+
+def _serve_model(
+    config: ModelsConfig,
+    model: ModelConfig,
+    file: str,
+    script: Script,
+    clock: Clock,
+    hub: MetricsHub,
+    publishers: dict[str, ZmqPublisher],
+    created: int,
+    crash: Crash,
+) -> ServedModel:
+    """One model's metrics, KV-event stream, engine and generator, wired together."""
+    max_lora = model.lora.max_loras if model.lora is not None else None
+    metrics = hub.add_model(
+        model.name, max_model_len=model.context_length, legacy_metrics=model.legacy_metrics, max_lora=max_lora
+    )
+    observer: EngineObserver = metrics
+    events = model.kv_events
+    if events is not None and events.enable_kv_cache_events and model.engine == "scheduler":
+        publisher = publishers.get(events.endpoint)
+        if publisher is None:
+            try:
+                publisher = publishers[events.endpoint] = ZmqPublisher(events.endpoint, hwm=events.hwm)
+            except OSError as exc:
+                raise ConfigError(
+                    file, str(exc), entry=config.entry_label(model.name), field="kv_events.endpoint"
+                ) from None
+        stream = KVEventStream(publisher, events.topic, model=model.name, event_format=events.event_format)
+        logger.info("model %s: KV-cache events on %s, topic %r", model.name, events.endpoint, stream.topic)
+        observer = ObserverGroup(metrics, stream)
+    built = build_engine(config, model, clock, observer, file)
+    metrics.bind(built.engine.snapshot, built.cache_config)
+    if model.engine != "scheduler" and model.lora is not None:
+        for adapter in model.lora.adapters:
+            built.engine.add_lora(adapter.name, adapter.path)
+    # The scheduler's prefix cache hashes token ids: ask the generator for them.
+    caching = model.engine == "scheduler" and model.kv_cache is not None and model.kv_cache.enable_prefix_caching
+    generator = Generator(
+        script,
+        model_name=model.name,
+        context_length=model.context_length,
+        tokenizer=build_tokenizer(config, model, file),
+        token_ids=caching or observer is not metrics,
+    )
+    return ServedModel(
+        name=model.name,
+        generator=generator,
+        engine=built.engine,
+        context_length=model.context_length,
+        created=created,
+        info=built.info,
+        observe_lags=metrics.observe_lags,
+        lora_adapters={a.name: a.path for a in model.lora.adapters} if model.lora is not None else {},
+        lora_enabled=model.lora is not None,
+        enable_prompt_tokens_details=model.enable_prompt_tokens_details,
+        embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
+        faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
+    )
 
 
 @dataclass(slots=True)
@@ -187,28 +292,24 @@ def build_runtime(
     created = int(time.time())
     models: dict[str, ServedModel] = {}
     hub = MetricsHub()
-    for model in config.models:
-        metrics = hub.add_model(model.name, max_model_len=model.context_length, legacy_metrics=model.legacy_metrics)
-        built = build_engine(config, model, clock, metrics, file)
-        metrics.bind(built.engine.snapshot, built.cache_config)
-        generator = Generator(script, model_name=model.name, context_length=model.context_length)
-        models[model.name] = ServedModel(
-            name=model.name,
-            generator=generator,
-            engine=built.engine,
-            context_length=model.context_length,
-            created=created,
-            info=built.info,
-            observe_lags=metrics.observe_lags,
-            embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
-            faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
-        )
+    # One PUB socket per endpoint, shared by the models publishing there (each on its own topic).
+    publishers: dict[str, ZmqPublisher] = {}
+    try:
+        for model in config.models:
+            models[model.name] = _serve_model(config, model, file, script, clock, hub, publishers, created, crash)
+    except BaseException:
+        for publisher in publishers.values():
+            publisher.close()
+        raise
 
     def abort_requests() -> int:
         return sum(served.engine.abort_requests() for served in models.values())
 
     lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
     state = ApiState(models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes)
+    for served in models.values():
+        for adapter in served.lora_adapters:
+            state.lora_adapters[adapter] = served.name
 
     async def start() -> None:
         for served in models.values():
@@ -221,7 +322,16 @@ def build_runtime(
     async def stop() -> None:
         for served in models.values():
             await served.engine.stop()
+        for publisher in publishers.values():
+            publisher.close()
 
     app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
     app.add_page_routes(hub.routes())
+    if runtime_lora_updating():
+        logger.warning(
+            "LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!"
+        )
+        app.add_page_routes(lora_routes(state))
+    if dev_mode():
+        app.add_page_routes(dev_routes(state))
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NewType
+from typing import NewType, TypeAlias
 
 RequestId = NewType("RequestId", str)
 
@@ -69,6 +69,8 @@ class GenerationRequest:
     parallel_tool_calls: bool = True
     # response_format json_object / json_schema: the answer must be JSON.
     json_output: bool = False
+    # LoRA adapter the request names in ``model`` (None: the base model); the API resolves it.
+    lora_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,13 @@ class GenerationPlan:
     tool_deltas: tuple[ToolCallDelta | None, ...] = ()
     # None for almost every request: the engine's own timeline, unchanged.
     pacing: Pacing | None = None
+    # Token ids of the prompt as the model's tokenizer and chat template give them
+    # (``len == prompt_tokens``), and of ``tokens``; None when the generator was not asked for
+    # ids. Engines read them as numbers only (prefix-cache block hashes), never as text.
+    prompt_token_ids: tuple[int, ...] | None = None
+    token_ids: tuple[int, ...] | None = None
+    # LoRA adapter to run with (None: the base model).
+    lora_name: str | None = None
 
     @property
     def num_output_tokens(self) -> int:
@@ -149,6 +158,38 @@ class TokenEvent:
     sim_time: float
 
 
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """Full blocks newly put in the prefix cache (vLLM's ``BlockStored`` KV event).
+
+    ``token_ids`` holds the blocks' tokens in order (``len == block_size * len(block_hashes)``);
+    ``parent_block_hash`` is the hash of the block before the first (None at a sequence start).
+    Hashes are the 32-byte sha256 digests (the publisher converts them for the wire).
+    """
+
+    block_hashes: tuple[bytes, ...]
+    parent_block_hash: bytes | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    lora_id: int | None = None
+    lora_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    """A cached block evicted to be reused (vLLM's ``BlockRemoved``: one hash per event)."""
+
+    block_hashes: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    """The prefix cache was reset (vLLM's ``AllBlocksCleared``)."""
+
+
+KVCacheEvent: TypeAlias = BlockStored | BlockRemoved | AllBlocksCleared
+
+
 @dataclass(slots=True)
 class StepStats:
     """One engine step (scheduler engine) as reported to observers."""
@@ -163,11 +204,19 @@ class StepStats:
     num_decode_tokens: int
     num_running: int
     num_waiting: int
+    # Blocks held by requests, and the blocks requests can use (vLLM: all but the null block).
     kv_used_blocks: int
     kv_total_blocks: int
     num_preemptions: int
     # How late the step's release was against its deadline (0 in virtual time).
     lag: float = 0.0
+    # Prefix cache lookups of requests admitted in this step, in tokens, counted as vLLM 0.34
+    # does: once per request at its first admission (queries = prompt tokens, hits = cached
+    # tokens); re-admissions after preemption are not counted.
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    # KV-cache events of the step (only when the engine records them), in the order they happened.
+    kv_events: list[KVCacheEvent] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -187,6 +236,8 @@ class RequestStats:
     num_preemptions: int = 0
     # Simulated release time of every output token, in order.
     token_times: list[float] = field(default_factory=list)
+    # Prompt tokens found in the prefix cache at admission (vLLM's num_cached_tokens).
+    num_cached_tokens: int = 0
 
     @property
     def queue_time(self) -> float:
@@ -207,5 +258,11 @@ class EngineSnapshot:
 
     num_running: int
     num_waiting: int
+    # Blocks held by requests, and the blocks requests can use (vLLM: all but the null block);
+    # cached blocks nobody holds count as free, as in vLLM's kv_cache_usage_perc.
     kv_used_blocks: int
     kv_total_blocks: int
+    # LoRA adapters of the running and of the waiting requests, each name once, in the order
+    # the requests were admitted / queued.
+    running_lora_adapters: tuple[str, ...] = ()
+    waiting_lora_adapters: tuple[str, ...] = ()

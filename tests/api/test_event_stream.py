@@ -313,7 +313,7 @@ async def test_an_unexpected_error_is_a_plain_500_and_propagates(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Broken:
-        vocab_size = 128256
+        vocab_size = 2**31
 
         def generate(self, request: Any) -> Any:
             raise RuntimeError("boom")

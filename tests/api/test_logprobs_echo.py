@@ -200,7 +200,7 @@ async def test_echo_of_token_ids_is_their_text(http: httpx.AsyncClient) -> None:
         (
             "/v1/completions",
             {"logprobs": -1},
-            "Requested sample logprobs of 128256, which is greater than max allowed: 20 (parameter=logprobs, value=128256)",
+            f"Requested sample logprobs of {2**31}, which is greater than max allowed: 20 (parameter=logprobs, value={2**31})",
             "logprobs",
         ),
     ],

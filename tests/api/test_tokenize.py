@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from llmsim.api.response_models import DetokenizeResponse, TokenizeResponse
-from llmsim.llm.vocabulary import VOCABULARY
+from llmsim.llm.tokenizer import VOCAB_SIZE
 from llmsim.runtime import build_runtime
+from tests.llm.test_vocabulary import expected_id
 
 CONFIG = """
 version: 1
@@ -45,9 +46,8 @@ async def test_tokenize_a_prompt(http: httpx.AsyncClient) -> None:
     assert body["count"] == 8
     assert body["max_model_len"] == 1024
     assert body["token_strs"] == strs
-    assert body["tokens"] == [VOCABULARY.id(s) for s in strs]
-    # BOS sits at the top of Llama 3's 128,256 ids, among the 5 special tokens.
-    assert body["tokens"][0] == 128256 - 5
+    # BOS is special token 1; the others' ids follow vocabulary.py's formula.
+    assert body["tokens"] == [1, *(expected_id(s) for s in strs[1:])]
 
 
 async def test_without_special_tokens_and_token_strs_null(http: httpx.AsyncClient) -> None:
@@ -107,9 +107,9 @@ async def test_detokenize_refuses_what_is_no_token(http: httpx.AsyncClient) -> N
     err = negative.json()["error"]
     assert (err["type"], err["param"]) == ("Bad Request", "body.tokens.1")
     assert err["message"].startswith("1 validation error:\n  {'type': 'greater_than_equal'")
-    too_big = await http.post("/detokenize", json={"tokens": [128256]})
+    too_big = await http.post("/detokenize", json={"tokens": [VOCAB_SIZE]})
     assert too_big.status_code == 400
-    assert too_big.json()["error"]["message"] == "Token id 128256 is out of vocabulary"
+    assert too_big.json()["error"]["message"] == f"Token id {VOCAB_SIZE} is out of vocabulary"
 
 
 async def test_tokenize_errors(http: httpx.AsyncClient) -> None:

@@ -146,14 +146,14 @@ async def test_negative_token_id(http: httpx.AsyncClient) -> None:
     assert (err["type"], err["param"]) == ("Bad Request", "body.prompt.1")
 
 
-@pytest.mark.parametrize("prompt", [[5, 128256], [[1], [200000, 3]]])
+@pytest.mark.parametrize("prompt", [[5, 2**31], [[1], [2**31 + 7, 3]]])
 async def test_token_id_out_of_vocabulary(http: httpx.AsyncClient, prompt: Any) -> None:
-    # The regex tokenizer's vocabulary has Llama 3's 128,256 ids: 0..128255.
+    # The regex tokenizer's ids run from 0 to 2**31 - 1 (llm/vocabulary.py).
     r = await http.post("/v1/completions", json=completion(prompt=prompt))
     assert r.status_code == 400
     top = max(max(p) if isinstance(p, list) else p for p in prompt)
     assert r.json() == error(f"Token id {top} is out of vocabulary", "BadRequestError", None)
-    assert (await http.post("/v1/completions", json=completion(prompt=[0, 128255]))).status_code == 200
+    assert (await http.post("/v1/completions", json=completion(prompt=[0, 2**31 - 1]))).status_code == 200
 
 
 UNSUPPORTED = error(

@@ -50,7 +50,8 @@ def test_a_jsonl_workload_prints_the_table_and_writes_json(
     body = json.loads(out.read_text())
     assert body["num_requests"] == 1
     assert body["output_tokens"] == 3
-    assert body["kv_total_blocks"] == 7609
+    # 7,609 blocks, one of them vLLM's null block.
+    assert body["kv_total_blocks"] == 7609 - 1
     assert body["ttft"]["p50"] == pytest.approx(roofline(16, 16), rel=1e-12)
     assert body["itl"]["p50"] == pytest.approx((roofline(1, 17) + roofline(1, 18)) / 2, rel=1e-12)
     assert body["num_preemptions"] == 0
@@ -102,3 +103,27 @@ def test_a_broken_workload_entry_is_named(config: Path, tmp_path: Path, capsys: 
     workload.write_text("- {arrival: 0, prompt_tokens: 10, output_tokens: 1}\n- {arrival: 1}\n")
     assert main(["plan", "--config", str(config), "--model", "seed", "--workload", str(workload)]) == 2
     assert "request 1" in capsys.readouterr().err
+
+
+def test_a_shared_system_prompt_reports_the_prefix_cache_hit_rate(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every request starts with the same 2,048 tokens (128 full blocks) then 100 of its own. The
+    # cache holds 7,608 blocks, far more than the run needs, so nothing is evicted: after the
+    # first request, each hits exactly 2,048 tokens (even one admitted in the same step).
+    out = tmp_path / "plan.json"
+    args = ["plan", "--config", str(config), "--model", "seed", "--rate", "5", "--duration", "20"]
+    args += ["--prompt-tokens", "2148", "--output-tokens", "20", "--shared-prefix-tokens", "2048", "--json", str(out)]
+    assert main(args) == 0
+    body = json.loads(out.read_text())
+    n = body["num_requests"]
+    assert n > 50
+    assert body["prefix_cache_queries"] == n * 2148
+    assert body["prefix_cache_hits"] == (n - 1) * 2048
+    assert body["prefix_cache_hit_rate"] == pytest.approx((n - 1) * 2048 / (n * 2148))
+    table = capsys.readouterr().out
+    assert f"{(n - 1) * 2048:,} of {n * 2148:,} prompt tokens hit the cache" in table
+    # Without the shared prefix nothing is shared: queries, no hits.
+    assert main([*args[:-2], "--shared-prefix-tokens", "0", "--json", str(out)]) == 0
+    body = json.loads(out.read_text())
+    assert (body["prefix_cache_queries"], body["prefix_cache_hits"]) == (n * 2148, 0)

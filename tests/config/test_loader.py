@@ -8,6 +8,7 @@ import pytest
 
 from llmsim.config import load_models_config
 from llmsim.errors import ConfigError
+from llmsim.runtime import build_runtime, scheduler_params
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -102,6 +103,18 @@ models:
             "models: [{name: a, engine: instant, embeddings: {dimensions: 0}}]",
             "models[0] (name 'a'): field 'embeddings.dimensions': Input should be greater than 0",
         ),
+        (
+            "models: [{name: a, engine: fixed, lora: {max_loras: 2, max_cpu_loras: 1}}]",
+            "models[0] (name 'a'): field 'lora': max_cpu_loras (1) must be >= max_loras (2).",
+        ),
+        (
+            "models:\n  - {name: a, engine: fixed}\n  - {name: b, engine: fixed, lora: {adapters: [{name: a}]}}",
+            "models[1] (name 'b'): field 'lora.adapters[0].name': LoRA adapter 'a' has the name of a served model",
+        ),
+        (
+            "models: [{name: a, engine: fixed, kv_events: {event_format: json}}]",
+            "models[0] (name 'a'): field 'kv_events.event_format'",
+        ),
         ("[1, 2]", "expected a mapping"),
         ("", "expected a mapping with a 'models' list"),
     ],
@@ -186,3 +199,69 @@ def test_negative_startup_seconds_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "startup_seconds: -1\nmodels: [{name: a, engine: fixed}]\n")
     with pytest.raises(ConfigError, match="field 'startup_seconds': Input should be greater than or equal to 0"):
         load_models_config(path)
+
+
+SCHEDULER = """
+hardware:
+  toy: {hbm_gib: 2, memory_bandwidth_gbps: 2000, peak_tflops: 400}
+models:
+  - name: a
+    engine: scheduler
+    hardware: toy
+    context_length: 1024
+    weights: {parameters_billions: 0.01}
+    kv_cache: {bytes_per_token: 1024}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            "    tokenizer: {path: missing/tokenizer.json}",
+            "models[0] (name 'a'): field 'tokenizer.path': cannot load tokenizer",
+        ),
+        (
+            "    kv_events: {enable_kv_cache_events: true, endpoint: 'tcp://*:not-a-port'}",
+            "models[0] (name 'a'): field 'kv_events.endpoint': KV events: cannot bind tcp://*:not-a-port",
+        ),
+    ],
+)
+def test_runtime_checks_stop_before_anything_listens(tmp_path: Path, extra: str, expected: str) -> None:
+    path = write(tmp_path, SCHEDULER + extra + "\n")
+    with pytest.raises(ConfigError) as info:
+        build_runtime(path)
+    assert str(info.value).startswith(str(path) + ": ")
+    assert expected in str(info.value)
+
+
+def test_kv_events_need_a_kv_cache(tmp_path: Path) -> None:
+    path = write(tmp_path, "models: [{name: f, engine: instant, kv_events: {enable_kv_cache_events: true}}]")
+    with pytest.raises(
+        ConfigError, match="models\\[0\\] \\(name 'f'\\): field 'kv_events': KV-cache events need engine 'scheduler'"
+    ):
+        build_runtime(path)
+
+
+def test_prefix_caching_and_async_scheduling_default_on_as_in_vllm(tmp_path: Path) -> None:
+    params = scheduler_params(load_models_config(write(tmp_path, SCHEDULER)), "a")
+    assert params.enable_prefix_caching
+    assert params.async_scheduling
+    assert not params.enable_kv_cache_events
+    assert params.lora is None
+
+
+def test_the_readme_models_yml_example_is_valid(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### models.yml") :]
+    example = section[section.index("```yaml") + len("```yaml") : section.index("```", section.index("```yaml") + 7)]
+    config = load_models_config(write(tmp_path, example))
+    llama = config.model("llama-3.1-8b")
+    assert llama.kv_events is not None
+    assert llama.kv_events.enable_kv_cache_events
+    assert llama.lora is not None
+    assert [a.name for a in llama.lora.adapters] == ["sql-lora"]
+    params = scheduler_params(config, "llama-3.1-8b")
+    assert params.enable_prefix_caching
+    assert params.lora is not None
+    assert params.lora.load_s == 0.02

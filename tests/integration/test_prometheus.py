@@ -169,10 +169,11 @@ def test_prometheus_scrapes_vllm_metrics_under_load(tmp_path: Path) -> None:
         )
         assert q50 == pytest.approx(lo + (hi - lo) * 0.5)
 
-        # Scheduler: a request waits at most for the step in flight, then its prompt fits one step
-        # (100 tokens << the 2,048-token budget): TTFT in [step, 2 steps]. The step is 20 ms plus
-        # the KV read of at most 8 x 140 tokens of context, plus compute (1 µs per token) ignored
-        # next to memory.
+        # Scheduler: a request waits at most for the step in flight and, with vLLM's async
+        # scheduling (on by default: the next step was decided when the one in flight started),
+        # one more; then its prompt fits one step (100 tokens << the 2,048-token budget): TTFT in
+        # [step, 3 steps]. The step is 20 ms plus the KV read of at most 8 x 140 tokens of context,
+        # plus compute (1 µs per token) ignored next to memory.
         step = WEIGHT_BYTES / BANDWIDTH
         step_max = step + KV_BYTES_PER_TOKEN * SCHED_STREAMS * (PROMPT + OUTPUT) / BANDWIDTH
         mean_ttft = scalar(
@@ -180,27 +181,28 @@ def test_prometheus_scrapes_vllm_metrics_under_load(tmp_path: Path) -> None:
             f'sum(rate(vllm:time_to_first_token_seconds_sum{{model_name="sched"}}{window})) / '
             f'sum(rate(vllm:time_to_first_token_seconds_count{{model_name="sched"}}{window}))',
         )
-        assert step <= mean_ttft <= 2 * step_max
+        assert step <= mean_ttft <= 3 * step_max
         q50_sched = scalar(
             prom,
             "histogram_quantile(0.5, sum by (le) "
             f'(rate(vllm:time_to_first_token_seconds_bucket{{model_name="sched"}}{window})))',
         )
-        # Bucket interpolation: anywhere within the buckets that [step, 2 steps] touches.
+        # Bucket interpolation: anywhere within the buckets that [step, 3 steps] touches.
         assert (
             TTFT_BUCKETS[bisect_left(TTFT_BUCKETS, step) - 1]
             <= q50_sched
-            <= TTFT_BUCKETS[bisect_left(TTFT_BUCKETS, 2 * step_max)]
+            <= TTFT_BUCKETS[bisect_left(TTFT_BUCKETS, 3 * step_max)]
         )
 
         # Gauges seen while the load ran: at most 8 running; each running sequence holds the
-        # blocks of its computed tokens, from ceil(100 / 16) = 7 up to ceil(139 / 16) = 9.
+        # blocks of its computed tokens, from ceil(100 / 16) = 7 up to ceil(139 / 16) = 9, out of
+        # the BLOCKS - 1 that requests can use (block 0 is vLLM's null block).
         running = scalar(prom, f'max_over_time(vllm:num_requests_running{{model_name="sched"}}{window})')
         assert 1 <= running <= SCHED_STREAMS
         kv = scalar(prom, f'max_over_time(vllm:kv_cache_usage_perc{{model_name="sched"}}{window})')
         per_seq_min = math.ceil(PROMPT / 16)
         per_seq_max = math.ceil((PROMPT + OUTPUT - 1) / 16)
-        assert per_seq_min / BLOCKS <= kv <= SCHED_STREAMS * per_seq_max / BLOCKS
+        assert per_seq_min / (BLOCKS - 1) <= kv <= SCHED_STREAMS * per_seq_max / (BLOCKS - 1)
         assert scalar(prom, 'vllm:kv_cache_usage_perc{model_name="sched"}') == 0
         # A fixed-rate engine has no KV cache.
         assert scalar(prom, f'max_over_time(vllm:kv_cache_usage_perc{{model_name="fixed"}}{window})') == 0

@@ -29,7 +29,7 @@ def busy(hub: MetricsHub, name: str, scale: int) -> None:
                 times,
             )
         )
-        m.on_step(StepStats(i, t0, 0.0123 * (i % 9), i % 33, 3 * i, i, i, 1, 5, 10, i % 2, 0.0001 * i))
+        m.on_step(StepStats(i, t0, 0.0123 * (i % 9), i % 33, 3 * i, i, i, 1, 5, 10, i % 2, 0.0001 * i, 7 * i, 3 * i))
         m.observe_lags([0.00001 * k - 0.0002 for k in range(i % 11)])
 
 
@@ -51,10 +51,14 @@ def test_models_of_every_kind(scale: int) -> None:
     hub.add_model("scheduler", max_model_len=32768, snapshot=lambda: snap, cache_config=kv)
     hub.add_model("legacy", max_model_len=2048, legacy_metrics=True, cache_config=kv | {"extra": "x"})
     hub.add_model("fixed", max_model_len=100)
+    lora_snap = EngineSnapshot(1, 2, 3, 10, running_lora_adapters=("sql",), waiting_lora_adapters=("chat", "sql"))
+    lora = hub.add_model("lora", max_model_len=100, snapshot=lambda: lora_snap, cache_config=kv, max_lora=2)
+    lora.wall_clock = lambda: 1_765_432_109.25
     for name in hub.models:
         busy(hub, name, scale)
     fast, reference = both(hub)
     assert fast == reference
+    assert 'running_lora_adapters="sql,chat"' in fast
 
 
 def test_odd_model_names_and_big_numbers_are_escaped_and_formatted_alike() -> None:

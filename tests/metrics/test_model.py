@@ -191,15 +191,35 @@ def test_cache_config_info_labels_as_strings() -> None:
     assert p.get("vllm:cache_config_info", **expected) == 1
 
 
-def test_prefix_cache_queries_count_scheduled_prompts_only_when_caching_is_on() -> None:
-    on = cache_config_labels(block_size=16, num_gpu_blocks=10, gpu_memory_utilization=0.9, enable_prefix_caching=True)
-    hub, _ = fed(cache_config=on)
+def test_prefix_cache_counters_add_up_what_each_step_admitted() -> None:
+    # The engine counts each request once, at its first admission (vLLM 0.34): step 0 admitted a
+    # 100-token prompt that missed, step 1 a 64-token prompt with 48 tokens cached.
+    hub = MetricsHub()
+    m = hub.add_model("m", max_model_len=4096)
+    first = step(0, prefill=100, decode=0, batch=1)
+    first.prefix_cache_queries = 100
+    second = step(1, prefill=16, decode=1, batch=2)
+    second.prefix_cache_queries, second.prefix_cache_hits = 64, 48
+    for s in (first, second, step(2, prefill=0, decode=2, batch=2)):
+        m.on_step(s)
     p = parse(hub.render().decode())
-    # A and C were scheduled (B never was): 100 + 10 queried tokens, no hits (no prefix cache simulated).
-    assert p.get("vllm:prefix_cache_queries_total", **M) == 110
-    assert p.get("vllm:prefix_cache_hits_total", **M) == 0
-    off = page()
-    assert off.get("vllm:prefix_cache_queries_total", **M) == 0
+    assert p.get("vllm:prefix_cache_queries_total", **M) == 100 + 64
+    assert p.get("vllm:prefix_cache_hits_total", **M) == 48
+
+
+def test_lora_requests_info_only_with_lora_and_with_vllms_labels() -> None:
+    assert "vllm:lora_requests_info" not in page().names()
+    snap = EngineSnapshot(2, 1, 0, 10, running_lora_adapters=("sql", "chat"), waiting_lora_adapters=("news",))
+    hub = MetricsHub()
+    m = hub.add_model("m", max_model_len=4096, snapshot=lambda: snap, max_lora=2)
+    m.wall_clock = lambda: 1_700_000_000.5
+    p = parse(hub.render().decode())
+    # vLLM 0.34 puts every adapter with a running or waiting request in both labels; the value is
+    # the time of the update (consumers take the series with the latest one).
+    everyone = "sql,chat,news"
+    labels = {"max_lora": "2", "running_lora_adapters": everyone, "waiting_lora_adapters": everyone}
+    assert p.get("vllm:lora_requests_info", **M, **labels) == 1_700_000_000.5
+    assert p.types["vllm:lora_requests_info"] == "gauge"
 
 
 def test_legacy_names_only_when_asked() -> None:

@@ -12,10 +12,11 @@ from tests.metrics.scrape import parse
 M = {"model_name": "tiny", "engine": "0"}
 N, PROMPT, OUTPUT = 4, 64, 100
 
-# 20 KV blocks of 16 tokens: (1.32e6 B HBM - 1e6 B weights) / (16 tokens x 1000 B). Four sequences
+# 21 KV blocks of 16 tokens: (1.336e6 B HBM - 1e6 B weights) / (16 tokens x 1000 B), 20 usable
+# besides vLLM's null block. Four sequences
 # growing to 64 + 100 tokens (11 blocks each) cannot all fit: the newest get preempted.
 PARAMS = SchedulerParams(
-    gpu=GpuSpec(hbm_bytes=1.32e6, memory_bandwidth=1e9, peak_flops=1e12),
+    gpu=GpuSpec(hbm_bytes=1.336e6, memory_bandwidth=1e9, peak_flops=1e12),
     model=ModelSpec(num_parameters=1e6, weight_bytes=1e6, kv_bytes_per_token=1000),
     context_length=320,
     gpu_memory_utilization=1.0,

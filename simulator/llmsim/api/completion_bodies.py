@@ -28,12 +28,15 @@ _encode_text = json.encoder.encode_basestring
 _FINISH: dict[FinishReason | None, bytes] = {None: b"null", **{r: b'"%s"' % r.value.encode() for r in FinishReason}}
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
     total = prompt_tokens + completion_tokens
-    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":null}' % (
+    # vLLM fills prompt_tokens_details only with --enable-prompt-tokens-details (off by default).
+    details = b"null" if cached_tokens is None else b'{"cached_tokens":%d}' % cached_tokens
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":%s}' % (
         prompt_tokens,
         total,
         completion_tokens,
+        details,
     )
 
 
@@ -86,9 +89,9 @@ class ChunkTemplates:
         """A closing chunk with no text (a choice that produced no token, or an aborted one)."""
         return self.token(index, "", finish, usage)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The final ``include_usage`` chunk: no choices, only usage."""
-        return self._head + b'],"usage":' + _usage(prompt_tokens, completion_tokens) + b"}\n\n"
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+        """The final ``include_usage`` chunk: no choices, only usage (with cached tokens when given)."""
+        return self._head + b'],"usage":' + _usage(prompt_tokens, completion_tokens, cached_tokens) + b"}\n\n"
 
     def error(self, message: str, err_type: str, code: int) -> bytes:
         """An error during a stream: sent as data, the stream still ends with [DONE]."""
@@ -181,6 +184,7 @@ def completion_body(
     plans: Sequence[GenerationPlan],
     texts: Sequence[Sequence[str]],
     prompt_tokens: int,
+    cached_tokens: int | None = None,
     *,
     chat: bool,
     logprobs: int | None = None,
@@ -192,6 +196,7 @@ def completion_body(
 
     ``logprobs``: top alternatives per token (None: no logprobs); ``echo``: per choice, the
     prompt said back (completions); ``tool_call_ids``: per choice, the ids of its tool calls.
+    ``cached_tokens`` (vLLM's --enable-prompt-tokens-details): ``usage.prompt_tokens_details``.
     """
     choices: list[dict[str, Any]] = []
     for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
@@ -228,5 +233,6 @@ def completion_body(
             "prompt_tokens": prompt_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens,
+            **({} if cached_tokens is None else {"prompt_tokens_details": {"cached_tokens": cached_tokens}}),
         },
     }

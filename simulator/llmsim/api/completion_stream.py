@@ -40,6 +40,7 @@ class CompletionStream:
     """
 
     __slots__ = (
+        "_cached_tokens",
         "_chat",
         "_chunks",
         "_completion_tokens",
@@ -79,8 +80,11 @@ class CompletionStream:
         echo: Sequence[Echo] | None = None,
         named_tool: bool = False,
         tool_call_ids: Sequence[Sequence[str]] = (),
+        cached_tokens: Callable[[], int] | None = None,
     ) -> None:
         self._chunks = chunks
+        # Read when the usage chunk is written (the engine knows the hit once the prefill ran).
+        self._cached_tokens = cached_tokens
         self._plans = plans
         self._chat = chat
         self._prompt_tokens = prompt_tokens
@@ -207,7 +211,8 @@ class CompletionStream:
                     assert closing is not None
                     parts.append(self._chunks.choice(dumps_compact(closing), usage))
         if self._include_usage:
-            parts.append(self._chunks.usage(self._prompt_tokens, self._completion_tokens))
+            cached = self._cached_tokens() if self._cached_tokens is not None else None
+            parts.append(self._chunks.usage(self._prompt_tokens, self._completion_tokens, cached))
         parts.append(DONE)
         return b"".join(parts)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import struct
 import time
@@ -67,7 +68,10 @@ def _arrival(request: Request, state: ApiState) -> float:
 def _served(state: ApiState, model: str) -> ServedModel:
     served = state.models.get(model)
     if served is None:
-        raise model_not_found(model)
+        base = state.lora_adapters.get(model)
+        if base is None:
+            raise model_not_found(model)
+        served = state.models[base]
     return served
 
 
@@ -103,6 +107,13 @@ def _fault(request: Request, served: ServedModel) -> Fault | None:
     if fault is not None:
         faults.inject(fault, _request_id(request))
     return fault
+
+
+def _with_lora(requests: list[GenerationRequest], served: ServedModel, model: str) -> list[GenerationRequest]:
+    """Requests naming a LoRA adapter run on its base model with that adapter (vLLM)."""
+    if model == served.name:
+        return requests
+    return [dataclasses.replace(r, lora_name=model) for r in requests]
 
 
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -191,7 +202,7 @@ async def chat_completions(request: Request) -> Response:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    plans = _plan(served, [gen_request])
+    plans = _plan(served, _with_lora([gen_request], served, body.model))
     return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
 
 
@@ -207,7 +218,7 @@ async def completions(request: Request) -> Response:
             return Response(status_code=499)
         arrival = admitted
     fault = _fault(request, served)
-    requests = body.to_generation_requests()
+    requests = _with_lora(body.to_generation_requests(), served, body.model)
     plans = _plan(served, requests)
     echo = _echo(served, requests, body.n) if body.echo else None
     return await _respond(request, served, body, plans, arrival, chat=False, echo=echo, fault=fault)
@@ -223,7 +234,7 @@ def _echo(served: ServedModel, requests: Sequence[GenerationRequest], n: int) ->
             said = Echo(generator.detokenize(ids), tuple(generator.token_strings(ids)))
         else:
             text = req.messages[0].content
-            said = Echo(text, tuple(generator.tokenize_text(text)))
+            said = Echo(text, tuple(generator.tokenize_text(text)[0]))
         out += [said] * n
     return out
 
@@ -252,6 +263,8 @@ async def _respond(
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     prompt_tokens = _prompt_tokens(plans, body)
+    # The name the client asked for: the base model's, or a LoRA adapter's (as vLLM answers).
+    model = body.model
     drop_after: int | None = None
     if fault is not None:
         plans = fault.pace(plans)
@@ -259,12 +272,12 @@ async def _respond(
         fault.log_where(plans, _request_id(request))
     if not body.stream:
         try:
-            done = await _until_disconnect(_complete(served, plans, arrival, ids, now, drop_after), request)
+            done = await _until_disconnect(_complete(served, plans, arrival, ids, now, body.n, drop_after), request)
         except DropConnection:
             return DroppedResponse()
         if done is None:  # the client left; nobody reads this
             return Response(status_code=499)
-        texts, aborted = done
+        texts, aborted, cached = done
         if aborted:
             # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
             plans = [
@@ -274,10 +287,11 @@ async def _respond(
         whole = completion_body(
             request_id,
             created,
-            served.name,
+            model,
             plans,
             texts,
             prompt_tokens,
+            cached if served.enable_prompt_tokens_details else None,
             chat=chat,
             logprobs=logprobs,
             echo=echo,
@@ -287,7 +301,7 @@ async def _respond(
         return JSONResponse(whole)
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
-        ChunkTemplates(request_id, created, served.name, chat=chat),
+        ChunkTemplates(request_id, created, model, chat=chat),
         plans,
         chat=chat,
         prompt_tokens=prompt_tokens,
@@ -299,6 +313,7 @@ async def _respond(
         echo=echo,
         named_tool=named_tool,
         tool_call_ids=tool_call_ids,
+        cached_tokens=partial(_cached_tokens, streams, body.n) if served.enable_prompt_tokens_details else None,
     )
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
@@ -318,15 +333,24 @@ def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest 
     return sum(p.prompt_tokens for p in plans[:: body.n])
 
 
+def _cached_tokens(streams: Sequence[TokenStream], n: int) -> int:
+    """usage.prompt_tokens_details.cached_tokens: each prompt's first choice's hit, added up."""
+    return sum(s.num_cached_tokens for s in streams[::n])
+
+
 async def _complete(
     served: ServedModel,
     plans: Sequence[GenerationPlan],
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
+    n: int,
     drop_after: int | None = None,
-) -> tuple[list[list[str]], bool]:
-    """Each choice's released token texts, and whether the engine aborted the request (lags reported once)."""
+) -> tuple[list[list[str]], bool, int]:
+    """Each choice's released token texts, whether the engine aborted the request, and the cached prompt tokens.
+
+    Lags are reported once, however it ends.
+    """
     streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
@@ -347,7 +371,7 @@ async def _complete(
     finally:
         await events.aclose()
         served.observe_lags(lags)
-    return texts, aborted
+    return texts, aborted, _cached_tokens(streams, n)
 
 
 async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
@@ -395,6 +419,21 @@ async def list_models(request: Request) -> Response:
         }
         for m in state.models.values()
     ]
+    # LoRA adapters after the base models, in load order, as vLLM lists them.
+    data += [
+        {
+            "id": name,
+            "object": "model",
+            "created": m.created,
+            "owned_by": "llmsim",
+            "root": path,
+            "parent": m.name,
+            "max_model_len": None,
+            "permission": [],
+        }
+        for m in state.models.values()
+        for name, path in m.lora_adapters.items()
+    ]
     return JSONResponse({"object": "list", "data": data})
 
 
@@ -423,15 +462,14 @@ async def tokenize(request: Request) -> Response:
             messages = tuple(Message(m.role, m.text()) for m in body.messages)
         except ValueError as exc:
             raise APIError(400, str(exc), param="messages") from None
-        tokens = generator.tokenize_chat(
+        tokens, ids = generator.tokenize_chat(
             messages,
             add_generation_prompt=body.add_generation_prompt,
             continue_final_message=body.continue_final_message,
             add_special_tokens=body.add_special_tokens,
         )
     else:
-        tokens = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
-    ids = generator.token_ids(tokens)
+        tokens, ids = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
     token_strs = tokens if body.return_token_strs else None
     return JSONResponse(
         {"count": len(ids), "max_model_len": served.context_length, "tokens": ids, "token_strs": token_strs}
@@ -482,7 +520,7 @@ async def embeddings(request: Request) -> Response:
     tokens = [
         generator.token_strings(item)
         if isinstance(item, list)
-        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)
+        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)[0]
         for item in inputs
     ]
     try:
@@ -491,7 +529,7 @@ async def embeddings(request: Request) -> Response:
         raise APIError(400, exc.message, param=exc.param) from None
     request_id = "embd-" + _request_id(request)
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
-    done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now), request)
+    done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now, 1), request)
     if done is None:  # the client left; nobody reads this
         return Response(status_code=499)
     data = []

@@ -58,3 +58,10 @@ class ServedModel:
     embedding_dimensions: int | None = None
     # The model's fault injection (disabled unless its ``faults`` entry or /admin/faults enables it).
     faults: FaultInjector = field(default_factory=_no_faults)
+    # LoRA adapters served on this model (name -> path), in load order; requests name them in
+    # "model". Changed at runtime by /v1/load_lora_adapter and /v1/unload_lora_adapter.
+    lora_adapters: dict[str, str] = field(default_factory=dict)
+    # The model has a lora section (vLLM's --enable-lora): adapters may be loaded at runtime.
+    lora_enabled: bool = False
+    # vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens in responses.
+    enable_prompt_tokens_details: bool = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.served import ServedModel
@@ -22,3 +22,5 @@ class ApiState:
     lifecycle: Lifecycle
     # Larger request bodies are refused with 413 before they are parsed.
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # LoRA adapter name -> the served model it runs on (requests name adapters in "model").
+    lora_adapters: dict[str, str] = field(default_factory=dict)

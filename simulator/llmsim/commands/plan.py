@@ -1,6 +1,7 @@
 """``llmsim plan``: run a workload through one replica, or a fleet behind a router, in virtual time.
 
-    llmsim plan --model M (--workload FILE | --rate R --duration D --prompt-tokens N --output-tokens N)
+    llmsim plan --model M (--workload FILE | --rate R --duration D --prompt-tokens N --output-tokens N
+                           [--shared-prefix-tokens K])
     llmsim plan --fleet fleet.yml (--workload trace.jsonl | --rate R ... | --concurrency C --num-requests N ...)
                 [--router R] [--compare R1,R2,...] [--rates R1,R2,... --slo ttft_p99=500]
                 [--replicas-for-slo --slo ...]
@@ -10,6 +11,10 @@ output_tokens[, abort_at]}`` with arrival in seconds, or with the prompt given a
 a shared prefix group (see ``llmsim.fleet.trace_file``). ``--model`` with only the single-replica
 flags prints the single-replica table; any fleet flag (``--replicas``, ``--router``,
 ``--concurrency``, a workload shape, a sweep) runs ``--model`` as a fleet.
+
+Requests with token ids (or prefix groups) share prefix-cache blocks with those that have the same
+leading ids; requests known only by their length share nothing. ``--shared-prefix-tokens K`` gives
+every Poisson request of a single replica the same first K prompt tokens (a shared system prompt).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +84,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--prompt-tokens", type=int, help="prompt length of every request (of every turn's message)")
     p.add_argument("--output-tokens", type=int, help="output length of every request")
     p.add_argument("--num-requests", type=int, help="requests in all (with --concurrency)")
+    p.add_argument(
+        "--shared-prefix-tokens",
+        type=int,
+        default=0,
+        help="with --rate and --model: the first N prompt tokens are the same in every request (a shared system prompt)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default 0)")
     shapes = p.add_argument_group("workload shapes (with --rate or --rates; any of them runs a fleet)")
     shapes.add_argument("--arrivals", choices=ARRIVAL_PATTERNS, help="arrival pattern (default poisson)")
@@ -171,12 +182,49 @@ def _workload(args: argparse.Namespace) -> list[WorkloadItem]:
     if args.rate is None:
         raise ValueError("give --workload or --rate")
     _missing(args, "--rate", ("duration", "prompt-tokens", "output-tokens"))
-    return poisson_workload(args.rate, args.duration, args.prompt_tokens, args.output_tokens, args.seed)
+    items = poisson_workload(args.rate, args.duration, args.prompt_tokens, args.output_tokens, args.seed)
+    shared = args.shared_prefix_tokens
+    if shared:
+        if not 0 < shared <= args.prompt_tokens:
+            raise ValueError("--shared-prefix-tokens must be between 1 and --prompt-tokens")
+        items = with_shared_prefix(items, shared)
+    return items
 
 
-def load_workload(path: Path) -> list[WorkloadItem]:
-    """A trace as the single-replica workload (token counts; prompt contents do not matter to one replica)."""
-    return [WorkloadItem(r.arrival, r.prompt_tokens, r.output_tokens, r.abort_at) for r in load_trace(path).requests]
+#: Token ids of the shared prefix start here; each request's own tokens lie above SHARED_PREFIX_IDS
+#: + its index x prompt length, so no two requests share anything but the prefix.
+SHARED_PREFIX_IDS = 1_000
+UNIQUE_IDS = 1_000_000
+
+
+def with_shared_prefix(items: list[WorkloadItem], shared: int) -> list[WorkloadItem]:
+    """The same requests, each with token ids: ``shared`` common leading tokens, then tokens of its own."""
+    prefix = tuple(range(SHARED_PREFIX_IDS, SHARED_PREFIX_IDS + shared))
+    out = []
+    for i, item in enumerate(items):
+        own = item.prompt_tokens - shared
+        base = UNIQUE_IDS + i * item.prompt_tokens
+        out.append(replace(item, prompt_token_ids=prefix + tuple(range(base, base + own))))
+    return out
+
+
+def load_workload(path: Path, *, token_ids: bool = True) -> list[WorkloadItem]:
+    """A trace as the single-replica workload.
+
+    With ``token_ids`` each request carries its prompt's token ids (explicit ones, or those of its
+    prefix group), so requests that share a prefix share prefix-cache blocks; without, only counts.
+    """
+    return [
+        WorkloadItem(
+            r.arrival,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.abort_at,
+            prompt_token_ids=tuple(r.prompt.token_ids()) if token_ids else None,
+            lora_name=r.adapter,
+        )
+        for r in load_trace(path).requests
+    ]
 
 
 # -- fleets -----------------------------------------------------------------------------------
@@ -322,6 +370,14 @@ def _write_json(args: argparse.Namespace, body: dict[str, Any]) -> None:
         args.json_path.write_text(json.dumps(body, indent=2) + "\n")
 
 
+def _ids(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise ValueError("token ids must be a list of non-negative integers")
+    return tuple(value)
+
+
 def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1000:,.1f}"
 
@@ -335,13 +391,22 @@ def format_summary(model: str, params: SchedulerParams, s: SimulationSummary, wa
     for label, p in (("TTFT", s.ttft), ("ITL", s.itl), ("E2E", s.e2e), ("queue time", s.queue_time)):
         lines.append(f"{label:<12}{_ms(p.p50):>12}{_ms(p.p90):>12}{_ms(p.p99):>12}{_ms(p.mean):>12}")
     peak = s.kv_peak_used_blocks / s.kv_total_blocks if s.kv_total_blocks else 0.0
+    if params.enable_prefix_caching:
+        rate = "-" if math.isnan(s.prefix_cache_hit_rate) else f"{s.prefix_cache_hit_rate:.1%}"
+        prefix = (
+            f"prefix      {s.prefix_cache_hits:,} of {s.prefix_cache_queries:,} prompt tokens hit the cache"
+            f" (hit rate {rate})"
+        )
+    else:
+        prefix = "prefix      caching off"
     lines += [
         f"throughput  {s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s"
         f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)",
         f"batch       {s.num_steps:,} steps, mean batch {s.mean_batch_size:.1f},"
         f" max {params.max_num_sequences} sequences / {params.max_batch_tokens} tokens",
-        f"KV cache    {s.kv_total_blocks:,} blocks of {params.block_size} tokens, peak {s.kv_peak_used_blocks:,}"
-        f" used ({peak:.1%}), {s.num_preemptions:,} preemptions",
+        f"KV cache    {s.kv_total_blocks + 1:,} blocks of {params.block_size} tokens ({s.kv_total_blocks:,} usable),"
+        f" peak {s.kv_peak_used_blocks:,} used ({peak:.1%}), {s.num_preemptions:,} preemptions",
+        prefix,
         f"speed-up    {s.duration:,.1f} s simulated in {wall:,.2f} s wall = {speedup(s.duration, wall):,.0f}x real time",
     ]
     return "\n".join(lines)
@@ -366,6 +431,7 @@ def summary_json(model: str, params: SchedulerParams, s: SimulationSummary, wall
         "output_tokens_per_s": s.output_tokens_per_s,
         "requests_per_s": s.requests_per_s,
         "block_size": params.block_size,
+        "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
         "wall_seconds": wall,
         "speedup": speedup(s.duration, wall),
     }

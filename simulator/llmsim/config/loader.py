@@ -94,4 +94,19 @@ def _validate(raw: Any, file: str) -> ModelsConfig:
                 entry=label,
                 field="hardware",
             )
+    # Requests name a LoRA adapter in "model": adapters and base models share one namespace.
+    adapters: set[str] = set()
+    for i, model in enumerate(config.models):
+        for j, adapter in enumerate(model.lora.adapters if model.lora is not None else ()):
+            where = f"lora.adapters[{j}].name"
+            label = entry_label("models", i, "name", model.name)
+            if adapter.name in seen:
+                raise ConfigError(
+                    file, f"LoRA adapter '{adapter.name}' has the name of a served model", entry=label, field=where
+                )
+            if adapter.name in adapters:
+                raise ConfigError(
+                    file, f"LoRA adapter '{adapter.name}' is declared by two models", entry=label, field=where
+                )
+            adapters.add(adapter.name)
     return config.model_copy(update={"hardware": hardware})

@@ -59,7 +59,8 @@ class KVCache(_Section):
     gpu_memory_utilization: Fraction = 0.9
     # Fraction of blocks kept free when admitting (vLLM V1 default 0.0; V0 used 0.01).
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    enable_prefix_caching: bool = False
+    # Reuse full blocks across requests (vLLM V1's default: on).
+    enable_prefix_caching: bool = True
 
 
 class SchedulerSection(_Section):
@@ -68,6 +69,8 @@ class SchedulerSection(_Section):
     max_num_sequences: PositiveInt | None = None
     # Waiting requests beyond this get 503 (None: unbounded, as vLLM by default).
     max_waiting_requests: PositiveInt | None = None
+    # vLLM 0.33+'s default: step k+1 is scheduled while step k runs (one step of admission lookahead).
+    async_scheduling: bool = True
 
 
 class Latency(_Section):
@@ -133,6 +136,56 @@ class Faults(_Section):
         return self.header_override or any(getattr(self.rates, kind) > 0 for kind in FAULT_KINDS)
 
 
+class KVEvents(_Section):
+    """vLLM's ``--kv-events-config``: publish KV-cache events over ZMQ for KV-aware routers."""
+
+    enable_kv_cache_events: bool = False
+    # "tcp://*:5557" binds (a '*', '::', ipc:// or inproc:// endpoint binds); any other connects.
+    endpoint: Annotated[str, Field(min_length=1)] = "tcp://*:5557"
+    # ZMQ topic, vLLM's default "". {model} and {pod_ip} (env POD_IP) are filled in at startup,
+    # e.g. "kv@{pod_ip}@{model}" as llm-d's indexer expects.
+    topic: str = ""
+    # Send high-water mark of the PUB socket (vLLM's hwm): beyond it ZMQ drops.
+    hwm: PositiveInt = 100_000
+    # "map": events as msgpack maps (vLLM since 2026-06, PR 42892); "array": the older positional
+    # arrays that llm-d's indexer decoded before it learned maps.
+    event_format: Literal["map", "array"] = "map"
+
+
+class LoraAdapter(_Section):
+    name: Annotated[str, Field(min_length=1)]
+    # Where vLLM would load it from; part of every block hash (nothing is read).
+    path: str = ""
+
+
+class Lora(_Section):
+    """vLLM's LoRA serving limits (--max-loras, --max-cpu-loras) and --lora-modules."""
+
+    max_loras: PositiveInt = 1
+    # None: max_loras (vLLM's default).
+    max_cpu_loras: PositiveInt | None = None
+    # Simulated time to load an adapter that is not among the max_cpu_loras resident ones.
+    load_ms: Annotated[float, Field(ge=0)] = 0.0
+    adapters: list[LoraAdapter] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> Lora:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}).")
+        names = [a.name for a in self.adapters]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"duplicate adapter name '{name}'")
+        return self
+
+
+class TokenizerFile(_Section):
+    """A Hugging Face tokenizer.json (relative paths: from the models.yml's folder)."""
+
+    path: Annotated[str, Field(min_length=1)]
+    chat_template: Literal["chatml", "llama-3"] = "chatml"
+
+
 class ModelConfig(_Section):
     name: Annotated[str, Field(min_length=1)]
     engine: EngineName
@@ -140,7 +193,8 @@ class ModelConfig(_Section):
     profile: str | None = None
     hardware: str | None = None
     context_length: PositiveInt = 32768
-    tokenizer: Literal["regex"] = "regex"
+    # "regex" (built in) or {path: tokenizer.json, chat_template: chatml | llama-3}.
+    tokenizer: Literal["regex"] | TokenizerFile = "regex"
     weights: Weights | None = None
     kv_cache: KVCache | None = None
     scheduler: SchedulerSection | None = None
@@ -151,6 +205,10 @@ class ModelConfig(_Section):
     # Set: the model also serves /v1/embeddings.
     embeddings: Embeddings | None = None
     faults: Faults = Faults()
+    lora: Lora | None = None
+    kv_events: KVEvents | None = None
+    # vLLM's --enable-prompt-tokens-details (default off): usage.prompt_tokens_details.cached_tokens.
+    enable_prompt_tokens_details: bool = False
 
 
 class ModelsConfig(_Section):

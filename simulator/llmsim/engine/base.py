@@ -32,6 +32,27 @@ class NullObserver:
         pass
 
 
+class ObserverGroup:
+    """Several observers as one (runtime.py: the metrics and the KV-events publisher of a model)."""
+
+    __slots__ = ("_observers",)
+
+    def __init__(self, *observers: EngineObserver) -> None:
+        self._observers = observers
+
+    def on_step(self, stats: StepStats) -> None:
+        for observer in self._observers:
+            observer.on_step(stats)
+
+    def on_first_token(self, ttft: float) -> None:
+        for observer in self._observers:
+            observer.on_first_token(ttft)
+
+    def on_request_finished(self, stats: RequestStats) -> None:
+        for observer in self._observers:
+            observer.on_request_finished(stats)
+
+
 class TokenStream(Protocol):
     """One admitted choice's tokens, pulled by the API one :class:`TokenEvent` at a time.
 
@@ -40,6 +61,10 @@ class TokenStream(Protocol):
     A stream the engine aborts raises :class:`~llmsim.engine.errors.RequestAborted`.
     A plan's ``pacing`` (if any) moves its tokens' deadlines; events carry the moved deadline.
     """
+
+    #: Prompt tokens found in the engine's prefix cache (vLLM's ``num_cached_tokens``); final
+    #: once the first token is out, 0 for engines without a cache.
+    num_cached_tokens: int
 
     def __aiter__(self) -> TokenStream: ...
 
@@ -88,3 +113,16 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def snapshot(self) -> EngineSnapshot:
         """Live running/waiting/KV figures, cheap enough to call on every scrape."""
+
+    def add_lora(self, name: str, path: str) -> None:
+        """Load LoRA adapter ``name`` from ``path`` (again: in place). Plans may then name it.
+
+        Engines without batches have nothing to limit or load: they run an adapter as the base model.
+        """
+
+    def remove_lora(self, name: str) -> None:
+        """Forget adapter ``name``; sequences already running with it finish with it."""
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached KV block; False when the engine cannot now (requests hold blocks)."""
+        return True

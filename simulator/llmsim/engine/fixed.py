@@ -57,6 +57,8 @@ class _FixedStream:
         "_request_id",
         "_sleeper",
     )
+    # No prefix cache: nothing is ever cached.
+    num_cached_tokens: int = 0
 
     def __init__(self, engine: FixedEngine, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
         self._engine = engine

@@ -21,7 +21,7 @@ import math
 from collections import Counter
 
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput
+from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import Prompt
 
@@ -72,7 +72,7 @@ class Replica:
         self.name = name
         self.scheduler: Scheduler[Sequence] = Scheduler(params)
         self.block_size = params.block_size
-        self._step_duration = self.scheduler.cost.step_duration
+        self._step_duration = self.scheduler.step_duration
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
         self.inbox: list[Sequence] = []
         # The step on the GPU, started at step_start; None while idle.
@@ -169,14 +169,20 @@ class Replica:
         self.starting = False
         sched = self.scheduler
         if self.inbox:
+            # As the live engine and simulate(): with async scheduling a request that arrived
+            # during a busy step joins one step later.
+            cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
+            later: list[Sequence] = []
             for seq in self.inbox:
-                if not sched.add_requests([seq], now):
+                if seq.arrival > cutoff:
+                    later.append(seq)
+                elif not sched.add_requests([seq], now):
                     ended.append(seq)
-            self.inbox.clear()
+            self.inbox = later
         if not sched.has_work():
             return None
         out = sched.schedule(now)
-        duration = self._step_duration(out.num_tokens, out.num_context_tokens)
+        duration = self._step_duration(out)
         self.in_flight = out
         self.step_start = now
         self.num_steps += 1

@@ -10,6 +10,11 @@ compiled at load time):
 5. tokenize, truncate to the budget, then cut at the earliest ``stop`` string (excluded) found in
    what is left.
 
+With ``token_ids=True`` (runtime.py asks when the engine has a prefix cache or publishes KV
+events) each plan also carries the prompt's token ids - the chat template's tokens included, so
+``len(prompt_token_ids) == prompt_tokens`` - and its output tokens' ids; engines hash them into
+prefix-cache blocks. A Hugging Face tokenizer always produces ids (it counts by tokenizing).
+
 finish_reason is ``length`` when the budget cut the output or ``ignore_eos`` filled it, else
 ``stop``. The budget is ``max_tokens``, or ``context_length - prompt_tokens`` when None.
 NOTE: as in vLLM, ``ignore_eos`` ignores only the end of the scripted text: a stop string still
@@ -23,14 +28,12 @@ from collections.abc import Mapping, Sequence
 
 from llmsim.llm.embedding import embed
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
-from llmsim.llm.filler import filler_tokens
 from llmsim.llm.matcher import Matcher
-from llmsim.llm.prompt import chat_prompt_tokens, count_prompt_tokens, text_prompt_tokens
+from llmsim.llm.prompt import count_prompt_tokens, prompt_token_ids
 from llmsim.llm.script import NO_GROUPS, Body, Content, Entry, JsonAnswer, Script, Synthetic, ToolCalls
 from llmsim.llm.stable_hash import ChoiceHash
-from llmsim.llm.tokenizer import encode
+from llmsim.llm.tokenizer import RegexTokenizer, Tokenizer, Tokens
 from llmsim.llm.tool_calls import hermes_text, render_tool_calls
-from llmsim.llm.vocabulary import VOCABULARY
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, ToolCall, ToolCallDelta, ToolChoice
 
 __all__ = ["Generator"]
@@ -68,28 +71,54 @@ class Generator:
         Served model name, the ``{model}`` template variable.
     context_length:
         Maximum prompt + output tokens (vLLM's ``max_model_len``).
+    tokenizer:
+        The model's tokenizer (default: the built-in regex tokenizer).
+    token_ids:
+        Put token ids in the plans (prompt and outputs) for the engine's prefix cache.
     """
 
-    __slots__ = ("_matcher", "context_length", "model_name", "script")
+    __slots__ = ("_ids", "_matcher", "context_length", "model_name", "script", "tokenizer")
 
-    def __init__(self, script: Script, *, model_name: str, context_length: int) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        model_name: str,
+        context_length: int,
+        tokenizer: Tokenizer | None = None,
+        token_ids: bool = False,
+    ) -> None:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
         self.script = script
         self.model_name = model_name
         self.context_length = context_length
+        self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else RegexTokenizer()
+        # The regex tokenizer counts without building ids; any other one counts by tokenizing.
+        self._ids = token_ids or not isinstance(self.tokenizer, RegexTokenizer)
         self._matcher = Matcher(script.entries)
 
-    # Token ids (/tokenize, /detokenize, token-id prompts). NOTE: the regex tokenizer's ids
-    # (llm/vocabulary.py); a model with an HF tokenizer answers these from it instead.
+    def prompt_token_ids(self, request: GenerationRequest) -> tuple[int, ...]:
+        """The prompt's token ids as the engine sees them (``/tokenize``): template tokens included."""
+        return prompt_token_ids(request, self.tokenizer)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids (``/detokenize``); ValueError("Token id N is out of vocabulary")."""
+        return self.tokenizer.decode(token_ids)
+
+    def token_strings(self, token_ids: Sequence[int]) -> list[str]:
+        """Each id's token string (``/tokenize`` with ``return_token_strs``)."""
+        return self.tokenizer.id_to_token(token_ids)
+
+    # Token ids (/tokenize, /detokenize, token-id prompts, echo) from the model's tokenizer.
 
     @property
     def vocab_size(self) -> int:
-        return VOCABULARY.size
+        return self.tokenizer.vocab_size
 
-    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> list[str]:
-        """A completions prompt's tokens (BOS first by default): as many as its ``prompt_tokens``."""
-        return text_prompt_tokens(text, add_special_tokens=add_special_tokens)
+    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> tuple[list[str], list[int]]:
+        """A completions prompt's token strings and ids (BOS first by default): as many as its ``prompt_tokens``."""
+        return self.tokenizer.text_prompt(text, add_special_tokens=add_special_tokens)
 
     def tokenize_chat(
         self,
@@ -98,23 +127,14 @@ class Generator:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         add_special_tokens: bool = False,
-    ) -> list[str]:
-        """A chat prompt's tokens through the chat template: as many as its ``prompt_tokens`` by default."""
-        return chat_prompt_tokens(
+    ) -> tuple[list[str], list[int]]:
+        """A chat prompt's token strings and ids through the chat template: as many as its ``prompt_tokens`` by default."""
+        return self.tokenizer.chat_prompt(
             messages,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
             add_special_tokens=add_special_tokens,
         )
-
-    def token_ids(self, tokens: list[str]) -> list[int]:
-        return VOCABULARY.ids(tokens)
-
-    def token_strings(self, ids: Sequence[int]) -> list[str]:
-        return [VOCABULARY.token(i) for i in ids]
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        return "".join(VOCABULARY.token(i) for i in ids)
 
     def embedding_plan(self, prompt_tokens: int) -> GenerationPlan:
         """An embedding request's plan: its prompt is prefilled, nothing is generated. Raises :class:`ContextLengthError`."""
@@ -135,7 +155,13 @@ class Generator:
 
     def generate(self, request: GenerationRequest) -> tuple[GenerationPlan, ...]:
         """One plan per choice (``request.n``). Raises :class:`ContextLengthError`."""
-        prompt_tokens = count_prompt_tokens(request)
+        with_ids = self._ids
+        prompt_ids: tuple[int, ...] | None = None
+        if with_ids:
+            prompt_ids = prompt_token_ids(request, self.tokenizer)
+            prompt_tokens = len(prompt_ids)
+        else:
+            prompt_tokens = count_prompt_tokens(request)
         context = self.context_length
         if prompt_tokens > context:
             raise ContextLengthError.prompt_too_long(context, prompt_tokens)
@@ -150,26 +176,28 @@ class Generator:
         variables = {**groups, "last_user_message": raw, "model": self.model_name}
         seed = self.script.seed if request.seed is None else request.seed
         hasher = ChoiceHash(seed, entry.id, key)
+        tokenizer = self.tokenizer
         # Renders and tokenizations shared by choices that say the same thing.
-        encoded: dict[str, tuple[str, ...]] = {}
+        encoded: dict[str, Tokens] = {}
         body = entry.body
         calls = _tool_calls(body, request, variables)
         deltas: tuple[ToolCallDelta | None, ...] = ()
         if calls:
             call_tokens, deltas = render_tool_calls(calls)
+            call_out: Tokens = (call_tokens, tokenizer.ids_of_tokens(call_tokens) if with_ids else None)
 
         plans = []
         for index in range(request.n):
             choice_draw, filler_draw = hasher.draw(index)
             variant: int | None = None
             if calls:
-                tokens = call_tokens
+                out = call_out
             elif isinstance(body, Synthetic):
                 if request.json_output:
                     raise ResponseFormatError.not_json(entry.id)
                 n = body.min_tokens + choice_draw % (body.max_tokens - body.min_tokens + 1)
                 # One past the budget is enough to know it was cut; skip building the rest.
-                tokens = filler_tokens(min(n, budget + 1), filler_draw, leading_space=False)
+                out = tokenizer.filler(min(n, budget + 1), filler_draw, leading_space=False, with_ids=with_ids)
             else:
                 if isinstance(body, Content):
                     text = body.template.render(variables)
@@ -185,10 +213,10 @@ class Generator:
                 if cached is None:
                     if request.json_output and not isinstance(body, JsonAnswer) and not _is_json(text):
                         raise ResponseFormatError.not_json(entry.id)
-                    cached = encoded[text] = tuple(encode(text))
-                tokens = cached
-            full = tokens
-            tokens, finish = self._finish(tokens, budget, request, filler_draw >> 32)
+                    cached = encoded[text] = tokenizer.split(text, with_ids)
+                out = cached
+            full = out[0]
+            (tokens, ids), finish = self._finish(out, budget, request, filler_draw >> 32)
             # Calls cut short (max_tokens, a stop string) or padded (ignore_eos) do not parse: plain text.
             intact = bool(calls) and finish is FinishReason.STOP and tokens == full
             plans.append(
@@ -201,30 +229,41 @@ class Generator:
                     choice_index=index,
                     tool_calls=calls if intact else (),
                     tool_deltas=deltas if intact else (),
+                    prompt_token_ids=prompt_ids,
+                    token_ids=ids,
+                    lora_name=request.lora_name,
                 )
             )
         return tuple(plans)
 
-    @staticmethod
     def _finish(
-        tokens: tuple[str, ...], budget: int, request: GenerationRequest, pad_draw: int
-    ) -> tuple[tuple[str, ...], FinishReason]:
+        self, out: Tokens, budget: int, request: GenerationRequest, pad_draw: int
+    ) -> tuple[Tokens, FinishReason]:
         """Pad (ignore_eos), truncate to the budget, cut at a stop string; with the finish reason."""
+        tokens, ids = out
+        with_ids = ids is not None
         if request.ignore_eos and len(tokens) < budget:
-            tokens += filler_tokens(budget - len(tokens), pad_draw, leading_space=bool(tokens))
+            pad, pad_ids = self.tokenizer.filler(
+                budget - len(tokens), pad_draw, leading_space=bool(tokens), with_ids=with_ids
+            )
+            tokens += pad
+            if ids is not None and pad_ids is not None:
+                ids += pad_ids
         truncated = len(tokens) > budget
         if truncated:
             tokens = tokens[:budget]
+            if ids is not None:
+                ids = ids[:budget]
         # Stop strings are looked for in the text actually generated, as vLLM does: one that would
         # only complete after the budget never fires.
         if request.stop:
             text = "".join(tokens)
             cut = _stop_at(text, request.stop)
             if cut >= 0:
-                return tuple(encode(text[:cut])), FinishReason.STOP
+                return self.tokenizer.split(text[:cut], with_ids), FinishReason.STOP
         if truncated or request.ignore_eos:
-            return tokens, FinishReason.LENGTH
-        return tokens, FinishReason.STOP
+            return (tokens, ids), FinishReason.LENGTH
+        return (tokens, ids), FinishReason.STOP
 
 
 def _is_json(text: str) -> bool:

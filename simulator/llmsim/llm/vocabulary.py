@@ -1,122 +1,89 @@
-"""Token ids for the regex tokenizer: what /tokenize returns and what token-id prompts are checked against.
+"""Token ids for the regex tokenizer: a stable map from token text to id, the same in every process.
 
-The regex tokenizer (:mod:`llmsim.llm.tokenizer`) has an open vocabulary (any letter run is one
-token), so its ids are made, not learned, in a vocabulary of :data:`VOCAB_SIZE` ids (Llama 3's):
+The regex tokenizer has no vocabulary file, so an id is derived from the token's text::
 
-- a table of common tokens with fixed ids from 0: ASCII characters with and without a leading
-  space, whitespace runs, digit groups, contractions, everyday words, the filler's words and the
-  chat roles (each as is and capitalized, with and without a leading space). Filler text and
-  much of everyday English round-trips through ids;
-- chat-template special tokens (:data:`BOS`, the header and end-of-turn markers) at the top;
-- every other token at a stable hash into the ids in between. Those cannot be turned back into
-  text: :meth:`Vocabulary.token` renders them ``<|token_N|>``.
+    id = FIRST_TEXT_ID + blake2b(utf8(text), digest_size=8) mod (2**31 - FIRST_TEXT_ID)
 
-One token is one id, so a prompt's id count is its token count (what ``usage.prompt_tokens`` says).
-NOTE: an HF tokenizer (when a model configures one) replaces all of this with real ids.
+Every replica, every restart and every client that knows this formula gives a text the same id
+(so prefix-cache block hashes agree across replicas, and a router can compute them), and ids fit
+in a signed 32-bit integer, as real vocabularies' do (some consumers store them as uint32).
+Different texts may, rarely, share an id (birthday bound: ~1 % chance of one collision among
+the first 6,500 distinct tokens): a simulator accepts that.
+
+Ids below FIRST_TEXT_ID are reserved for the chat template's special tokens
+(:data:`SPECIAL_TOKENS`); the template itself is in :mod:`llmsim.llm.prompt`.
+
+Per request the cost is one dict lookup per token (``map`` over a dict subclass whose
+``__missing__`` hashes a token seen for the first time); the map is bounded: past
+:data:`MAX_ENTRIES` texts it starts over.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
-from llmsim.llm.filler import WORDS
+__all__ = ["FIRST_TEXT_ID", "MAX_ENTRIES", "SPECIAL_TOKENS", "Vocabulary", "text_id"]
 
-__all__ = ["BOS", "END_HEADER", "EOT", "SPECIAL_TOKENS", "START_HEADER", "VOCABULARY", "VOCAB_SIZE", "Vocabulary"]
-
-#: Llama 3's vocabulary size (128,000 BPE tokens + 256 special tokens).
-VOCAB_SIZE = 128256
-
-BOS = "<|begin_of_text|>"
-EOS = "<|end_of_text|>"
-START_HEADER = "<|start_header_id|>"
-END_HEADER = "<|end_header_id|>"
-EOT = "<|eot_id|>"
-SPECIAL_TOKENS = (BOS, EOS, START_HEADER, END_HEADER, EOT)
-
-_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-# Everyday words of prompts and scripted answers, beyond the filler's (split in _table).
-_COMMON_TEXT = (
-    "hello hi hey thanks thank please yes no ok okay sorry what why how who whom whose when where "
-    "which i me my mine you your yours he him she we us our they them is am are was be been do does "
-    "did done can could would should will shall might must have has had not don doesn didn isn aren "
-    "won a an the this that these those there here it its of to in on at by for with from about "
-    "into and or but if so because than then as like just also only very more most some any all "
-    "each tell say said ask asked answer question help know think want need make get give take see "
-    "look go come use try find write read explain describe show list name repeat after me story "
-    "joke weather capital country city day today tomorrow time year number word text code data "
-    "model good great bad new old big small first last next other same different right left true "
-    "false one two three four five six seven eight nine ten hundred thousand million "
-)
-_CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
-_PUNCTUATION_RUNS = ("...", "?!", "!!", '?"', '."', ',"', ").", "),", "):", '".', '",', "**", "--", "->", "==")
+#: Ids of the regex tokenizer's special tokens (a Llama-3-style chat template, see prompt.py).
+SPECIAL_TOKENS: dict[str, int] = {
+    "<|begin_of_text|>": 1,
+    "<|start_header_id|>": 2,
+    "<|end_header_id|>": 3,
+    "<|eot_id|>": 4,
+    # Role names, one token each inside a header.
+    "system": 5,
+    "developer": 6,
+    "user": 7,
+    "assistant": 8,
+    "tool": 9,
+    "function": 10,
+}
+#: Text tokens get ids from here up (0-255 stay reserved for special tokens).
+FIRST_TEXT_ID = 256
+_SPAN = 2**31 - FIRST_TEXT_ID
+#: Most texts remembered; beyond that the map is cleared (ids never change, only the cache).
+MAX_ENTRIES = 1 << 20
 
 
-def _table() -> tuple[str, ...]:
-    out: dict[str, None] = {}
-    printable = [chr(c) for c in range(0x21, 0x7F)]
-    for ch in [" ", "\n", "\t", *printable]:
-        out[ch] = None
-    for ch in printable:
-        out[" " + ch] = None
-    for n in range(2, 9):
-        out[" " * n] = None
-        out["\n" * n] = None
-    for digits in range(1, 4):
-        for value in range(10**digits):
-            out[f"{value:0{digits}d}"] = None
-    for c in _CONTRACTIONS:
-        out[c] = None
-        out[c.upper()] = None
-    for p in _PUNCTUATION_RUNS:
-        out[p] = None
-        out[" " + p] = None
-    for word in (*_ROLES, *_COMMON_TEXT.split(), *WORDS):
-        for form in (word, word.capitalize()):
-            out[form] = None
-            out[" " + form] = None
-    return tuple(out)
+def text_id(text: str) -> int:
+    """The id of a (non-special) token text."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return FIRST_TEXT_ID + int.from_bytes(digest, "big") % _SPAN
 
 
-class Vocabulary:
-    """Bidirectional token string <-> id mapping (see the module docstring)."""
+class Vocabulary(dict[str, int]):
+    """Token text -> id, filled on first use; ``ids_of`` is the per-request path.
 
-    __slots__ = ("_hashed_span", "_ids", "_strings", "size")
+    Also remembers id -> text for the texts it has seen, so ids it handed out decode back
+    (``/detokenize``); an id never produced by this process is unknown to it.
+    """
 
-    def __init__(self, size: int = VOCAB_SIZE) -> None:
-        strings = _table()
-        if len(strings) + len(SPECIAL_TOKENS) >= size:
-            raise ValueError(f"vocabulary of {size} ids cannot hold {len(strings)} table tokens")
-        self.size = size
-        self._strings = strings
-        self._ids = {s: i for i, s in enumerate(strings)}
-        for j, special in enumerate(SPECIAL_TOKENS):
-            self._ids[special] = self.special_id(j)
-        self._hashed_span = size - len(SPECIAL_TOKENS) - len(strings)
+    __slots__ = ("_texts",)
 
-    def special_id(self, j: int) -> int:
-        return self.size - len(SPECIAL_TOKENS) + j
+    def __init__(self) -> None:
+        super().__init__()
+        self._texts: dict[int, str] = {}
+        self._reset()
 
-    def id(self, token: str) -> int:
-        """The id of one token string."""
-        known = self._ids.get(token)
-        if known is not None:
-            return known
-        digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        return len(self._strings) + int.from_bytes(digest, "big") % self._hashed_span
+    def _reset(self) -> None:
+        self.clear()
+        self._texts.clear()
+        for text, i in SPECIAL_TOKENS.items():
+            self._texts[i] = text
 
-    def ids(self, tokens: list[str]) -> list[int]:
-        get = self._ids.get
-        return [i if (i := get(t)) is not None else self.id(t) for t in tokens]
+    def __missing__(self, text: str) -> int:
+        if len(self) >= MAX_ENTRIES:
+            self._reset()
+        i = self[text] = text_id(text)
+        self._texts[i] = text
+        return i
 
-    def token(self, token_id: int) -> str:
-        """The text of an id; ids of hashed tokens (and out-of-range ones) have none."""
-        if 0 <= token_id < len(self._strings):
-            return self._strings[token_id]
-        special = token_id - (self.size - len(SPECIAL_TOKENS))
-        if 0 <= special < len(SPECIAL_TOKENS):
-            return SPECIAL_TOKENS[special]
-        return f"<|token_{token_id}|>"
+    def ids_of(self, tokens: Iterable[str]) -> list[int]:
+        """Ids of token texts (as :func:`llmsim.llm.tokenizer.encode` splits them)."""
+        # C-level map over dict.__getitem__: __missing__ runs only for texts not seen yet.
+        return list(map(self.__getitem__, tokens))
 
-
-#: The vocabulary of the regex tokenizer.
-VOCABULARY = Vocabulary()
+    def text_of(self, token_id: int) -> str | None:
+        """The text of an id this vocabulary produced (special tokens included), None if unknown."""
+        return self._texts.get(token_id)

@@ -66,6 +66,14 @@ class VllmCollector(Collector):
                 config = m.cache_config or {}
                 info.add_metric([m.name, f.ENGINE, *(config.get(k, "") for k in keys)], 1)
             yield info
+        with_lora = [m for m in models if m.max_lora is not None]
+        if with_lora:
+            lora_info = GaugeMetricFamily(*f.LORA_INFO, labels=(*f.LABELS, *f.LORA_LABELS))
+            for m in with_lora:
+                snap = m.snapshot()
+                on, queued = f.lora_adapter_labels(snap.running_lora_adapters, snap.waiting_lora_adapters)
+                lora_info.add_metric([m.name, f.ENGINE, str(m.max_lora), on, queued], m.wall_clock())
+            yield lora_info
         for counter in f.COUNTERS:
             yield _counter(counter, models)
         success = CounterMetricFamily(*f.SUCCESS, labels=(*f.LABELS, "finished_reason"))

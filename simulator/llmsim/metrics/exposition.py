@@ -107,6 +107,15 @@ class Exposition:
                 config = m.cache_config or {}
                 pairs = {"model_name": m.name, "engine": f.ENGINE} | {k: config.get(k, "") for k in keys}
                 add(f"{f.CACHE_CONFIG[0]}{{{_labels(pairs)}}} 1.0\n")
+        with_lora = [m for m, _ in models if m.max_lora is not None]
+        if with_lora:
+            add(_header(*f.LORA_INFO, "gauge"))
+            for m in with_lora:
+                snap = m.snapshot()
+                on, queued = f.lora_adapter_labels(snap.running_lora_adapters, snap.waiting_lora_adapters)
+                lora_pairs = {"model_name": m.name, "engine": f.ENGINE, "max_lora": str(m.max_lora)}
+                lora_pairs |= {"running_lora_adapters": on, "waiting_lora_adapters": queued}
+                add(f"{f.LORA_INFO[0]}{{{_labels(lora_pairs)}}} {f.go_float(m.wall_clock())}\n")
         self._counters(out, f.COUNTERS, models)
         add(_header(f.SUCCESS[0] + "_total", f.SUCCESS[1], "counter"))
         for m, lines in models:

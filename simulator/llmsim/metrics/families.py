@@ -42,6 +42,10 @@ LEGACY_KV_USAGE = (
 # NOTE: vLLM labels cache_config_info with ``engine`` only (one model per server); llmsim serves
 # several models from one process, so ``model_name`` is added to keep their series apart.
 CACHE_CONFIG = ("vllm:cache_config_info", "Information of the LLMEngine CacheConfig")
+# Only for models with LoRA on. vLLM labels it max_lora, waiting_lora_adapters and
+# running_lora_adapters only; llmsim adds model_name and engine (several models per process).
+LORA_INFO = ("vllm:lora_requests_info", "Running stats on lora requests.")
+LORA_LABELS = ("max_lora", "running_lora_adapters", "waiting_lora_adapters")
 # Labelled by ``finished_reason``; every reason is listed from the start, as vLLM pre-creates each
 # child, so rate() has its zero.
 SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
@@ -153,6 +157,16 @@ def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
 def cache_config_keys(models: Iterable[ModelMetrics]) -> list[str]:
     """Label names of vllm:cache_config_info: the union over models (one family, one label set)."""
     return sorted({k for m in models for k in (m.cache_config or {})})
+
+
+def lora_adapter_labels(running: tuple[str, ...], waiting: tuple[str, ...]) -> tuple[str, str]:
+    """``(running_lora_adapters, waiting_lora_adapters)`` label values, as vLLM 0.34 exports them.
+
+    vLLM fills both from one dict holding every adapter with a waiting *or* running request and
+    exports its keys (``v1/metrics/stats.py``): the two labels carry the same comma-joined list.
+    """
+    names = ",".join(dict.fromkeys((*running, *waiting)))
+    return names, names
 
 
 def kv_usage(used: int, total: int) -> float:

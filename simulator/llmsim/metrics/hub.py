@@ -41,6 +41,7 @@ class MetricsHub:
         snapshot: Snapshot | None = None,
         cache_config: Mapping[str, str] | None = None,
         legacy_metrics: bool = False,
+        max_lora: int | None = None,
     ) -> ModelMetrics:
         """Register a served model; the result is its engine observer and its lag sink.
 
@@ -53,6 +54,7 @@ class MetricsHub:
         cache_config: labels of ``vllm:cache_config_info`` (see :func:`cache_config_labels`);
             None for engines without a KV cache, which then have no such series.
         legacy_metrics: also expose deprecated vLLM names for this model.
+        max_lora: the model's max_loras when LoRA is on: it then has a ``vllm:lora_requests_info`` series.
         """
         if name in self._models:
             raise ValueError(f"model {name!r} already has metrics")
@@ -62,6 +64,7 @@ class MetricsHub:
             snapshot=snapshot,
             cache_config=cache_config,
             legacy_metrics=legacy_metrics,
+            max_lora=max_lora,
         )
         self._models[name] = metrics
         return metrics

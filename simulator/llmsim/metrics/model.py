@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
@@ -37,12 +38,16 @@ class ModelMetrics:
         snapshot: Snapshot | None = None,
         cache_config: Mapping[str, str] | None = None,
         legacy_metrics: bool = False,
+        max_lora: int | None = None,
     ) -> None:
         self.name = name
         self.legacy_metrics = legacy_metrics
+        # vLLM's max_loras when LoRA is on (then vllm:lora_requests_info is exported), else None.
+        self.max_lora = max_lora
+        # vllm:lora_requests_info's value is a unix timestamp (vLLM: set_to_current_time()).
+        self.wall_clock: Callable[[], float] = time.time
         self.snapshot: Snapshot = _idle
         self.cache_config: dict[str, str] | None = None
-        self.prefix_caching = False
         self.bind(snapshot or _idle, cache_config)
         # Counters (never reset).
         self.prompt_tokens = 0
@@ -77,8 +82,6 @@ class ModelMetrics:
         """Attach the engine once it exists (it is built with this object as its observer)."""
         self.snapshot = snapshot
         self.cache_config = dict(cache_config) if cache_config is not None else None
-        # No prefix cache is simulated: with caching on, every admitted prompt is a query and a miss.
-        self.prefix_caching = self.cache_config is not None and self.cache_config.get("enable_prefix_caching") == "True"
 
     def reset_summary(self) -> None:
         self.summary = LatencySummary()
@@ -93,6 +96,9 @@ class ModelMetrics:
         self.batch_size.observe(stats.batch_size)
         # Counted per step, as vLLM does, so the counter moves while victims are still running.
         self.preemptions += stats.num_preemptions
+        # In tokens, once per request at its first admission (vLLM 0.34's scheduler stats).
+        self.prefix_cache_queries += stats.prefix_cache_queries
+        self.prefix_cache_hits += stats.prefix_cache_hits
         summary = self.summary
         summary.preemptions += stats.num_preemptions
         summary.step_duration.add(stats.duration)
@@ -115,8 +121,6 @@ class ModelMetrics:
             summary.prompt_tokens += stats.prompt_tokens
         self.generation_tokens += stats.output_tokens
         summary.generation_tokens += stats.output_tokens
-        if self.prefix_caching and stats.scheduled is not None:
-            self.prefix_cache_queries += stats.prompt_tokens
 
         e2e = stats.e2e
         queue_time = stats.queue_time

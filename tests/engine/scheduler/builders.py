@@ -44,17 +44,20 @@ def seed_params(**overrides: Any) -> SchedulerParams:
 
 
 def sized_params(num_blocks: int, *, block_size: int = 16, **overrides: Any) -> SchedulerParams:
-    """The seed GPU's speed and model, with HBM sized so exactly ``num_blocks`` KV blocks remain."""
-    hbm = WEIGHTS + (num_blocks + 0.5) * KV_PER_TOKEN * block_size
+    """The seed GPU's speed and model, with HBM sized so exactly ``num_blocks`` KV blocks are usable.
+
+    vLLM's null block comes on top: the GPU holds ``num_blocks + 1`` blocks.
+    """
+    hbm = WEIGHTS + (num_blocks + 1.5) * KV_PER_TOKEN * block_size
     gpu = GpuSpec(hbm_bytes=hbm, memory_bandwidth=BANDWIDTH, peak_flops=FLOPS)
     fields: dict[str, Any] = {"context_length": min(4096, num_blocks * block_size)} | overrides
     return SchedulerParams(gpu=gpu, model=SEED_MODEL, block_size=block_size, gpu_memory_utilization=1.0, **fields)
 
 
 def tiny_params(num_blocks: int, *, block_size: int = 4, **overrides: Any) -> SchedulerParams:
-    """A toy model (1 B of KV per token, ~10 ms steps) with exactly ``num_blocks`` blocks."""
+    """A toy model (1 B of KV per token, ~10 ms steps) with exactly ``num_blocks`` usable blocks (+ the null block)."""
     model = ModelSpec(num_parameters=1e6, weight_bytes=1e6, kv_bytes_per_token=1)
-    gpu = GpuSpec(hbm_bytes=1e6 + (num_blocks + 0.5) * block_size, memory_bandwidth=1e8, peak_flops=1e12)
+    gpu = GpuSpec(hbm_bytes=1e6 + (num_blocks + 1.5) * block_size, memory_bandwidth=1e8, peak_flops=1e12)
     fields: dict[str, Any] = {"context_length": num_blocks * block_size, "max_batch_tokens": 1000} | overrides
     return SchedulerParams(gpu=gpu, model=model, block_size=block_size, gpu_memory_utilization=1.0, **fields)
 

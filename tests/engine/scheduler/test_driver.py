@@ -35,8 +35,14 @@ class Recorder:
         self.finished.append(stats)
 
 
-def plan(n_tokens: int, prompt_tokens: int = 16) -> GenerationPlan:
-    return GenerationPlan(prompt_tokens, tuple(f"t{i}" for i in range(n_tokens)), FinishReason.STOP, "e")
+def plan(n_tokens: int, prompt_tokens: int = 16, prompt_token_ids: tuple[int, ...] | None = None) -> GenerationPlan:
+    return GenerationPlan(
+        prompt_tokens,
+        tuple(f"t{i}" for i in range(n_tokens)),
+        FinishReason.STOP,
+        "e",
+        prompt_token_ids=prompt_token_ids,
+    )
 
 
 def loop_clock() -> MonotonicClock:
@@ -72,37 +78,49 @@ async def test_tokens_are_released_at_exactly_the_step_deadlines() -> None:
     assert stats.output_tokens == 5
     assert stats.token_times == pytest.approx(deadlines, rel=1e-12)
     assert engine.snapshot().kv_used_blocks == 0
-    assert engine.snapshot().kv_total_blocks == 7609
+    # 7,609 blocks; block 0 is vLLM's null block, so usage is over the 7,608 requests can use.
+    assert engine.snapshot().kv_total_blocks == 7609 - 1
     await engine.stop()
 
 
+SHARED = tuple(range(1000, 1700))
+
+
 @pytest.mark.looptime
-async def test_concurrent_clients_see_the_virtual_time_timeline() -> None:
-    # The driver and simulate() share the core: for the same arrivals, the same token times.
+@pytest.mark.parametrize("async_scheduling", [False, True])
+async def test_concurrent_clients_see_the_virtual_time_timeline(async_scheduling: bool) -> None:
+    # The driver and simulate() share the core: for the same arrivals, the same token times,
+    # prefix-cache hits and admission rules (sync or async scheduling) included.
     # Arrivals are whole milliseconds, away from the (irrational) step boundaries.
     workload = [
-        WorkloadItem(0.000, 300, 20),
+        WorkloadItem(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
         WorkloadItem(0.003, 50, 30),
         WorkloadItem(0.011, 9000, 5),
         WorkloadItem(0.200, 10, 10),
-        WorkloadItem(1.500, 700, 3),
+        WorkloadItem(1.500, 700, 3, prompt_token_ids=SHARED),
+        WorkloadItem(1.520, 700, 3, prompt_token_ids=SHARED),
     ]
     rec = Recorder()
-    params = seed_params()
+    params = seed_params(async_scheduling=async_scheduling)
     engine, clock = await started(params, rec)
 
     async def client(i: int, item: WorkloadItem) -> list[float]:
         await asyncio.sleep(item.arrival)
         stamp = clock.now()
         assert stamp == item.arrival
-        plan_i = plan(item.output_tokens, item.prompt_tokens)
+        plan_i = plan(item.output_tokens, item.prompt_tokens, item.prompt_token_ids)
         return [ev.sim_time async for ev in run(engine, plan_i, stamp, RequestId(str(i)))]
 
     got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
     expected = simulate(params, workload)
+    assert [r.num_cached_tokens for r in expected.requests] == [0, 0, 0, 0, 288, 688]
     for times, r in zip(got, expected.requests, strict=True):
         assert times == pytest.approx(r.token_times, rel=1e-12)
     assert [s.start for s in rec.steps] == pytest.approx([s.start for s in expected.steps], rel=1e-12)
+    assert [(s.prefix_cache_queries, s.prefix_cache_hits) for s in rec.steps] == [
+        (s.prefix_cache_queries, s.prefix_cache_hits) for s in expected.steps
+    ]
+    assert sorted(r.num_cached_tokens for r in rec.finished) == [0, 0, 0, 0, 288, 688]
     await engine.stop()
 
 
@@ -350,7 +368,8 @@ async def test_abort_requests_ends_running_and_queued_streams_and_the_engine_goe
         ("queued", FinishReason.ABORT),
         ("running", FinishReason.ABORT),
     ]
-    assert engine.snapshot() == type(engine.snapshot())(0, 0, 0, 7609)
+    # 7,609 blocks of which block 0 is vLLM's null block: 7,608 usable, none held.
+    assert engine.snapshot() == type(engine.snapshot())(0, 0, 0, 7608)
     # Still serving: a new request runs to its end.
     assert len(await collect(run(engine, plan(3), clock.now(), RequestId("after")))) == 3
     await engine.stop()

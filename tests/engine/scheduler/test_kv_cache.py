@@ -1,4 +1,4 @@
-"""The block pool: ceil-division growth, refusals that change nothing, conservation."""
+"""The block pool: the null block, ceil-division growth, refusals that change nothing, vLLM's free order, conservation."""
 
 from __future__ import annotations
 
@@ -14,15 +14,29 @@ def test_blocks_for_is_a_ceiling() -> None:
     assert [kv.blocks_for(n) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
 
 
+def test_block_zero_is_the_null_block_and_usage_is_over_the_rest() -> None:
+    # vLLM's BlockPool takes block 0 at startup: of N = 5 blocks, 4 are usable.
+    kv = KVCache(5, 4)
+    assert (kv.num_blocks, kv.num_usable_blocks, kv.num_free) == (5, 4, 4)
+    a = seq("a", 16, 1)
+    assert kv.allocate_slots(a, 16)  # 4 blocks: every usable one
+    assert a.blocks == [1, 2, 3, 4]
+    assert kv.num_free == 0
+    assert kv.usage == 1.0  # 4 used / (5 - 1), not 4 / 5
+    assert not kv.allocate_slots(seq("b", 1, 1), 1)
+    with pytest.raises(ValueError, match="null block"):
+        KVCache(1, 4)
+
+
 def test_allocate_grows_to_cover_computed_plus_new_tokens() -> None:
     # The module docstring's example: blocks of 4, 6 tokens computed (2 blocks), 3 more -> 1 new block.
-    kv = KVCache(8, 4)
+    kv = KVCache(9, 4)
     s = seq("s", 20, 1)
     assert kv.allocate_slots(s, 6)
-    assert s.blocks == [0, 1]
+    assert s.blocks == [1, 2]
     s.num_computed_tokens = 6
     assert kv.allocate_slots(s, 3)
-    assert s.blocks == [0, 1, 2]
+    assert s.blocks == [1, 2, 3]
     assert kv.num_free == 5
     s.num_computed_tokens = 9
     assert kv.allocate_slots(s, 3)  # 12 tokens still fit in 3 blocks
@@ -30,42 +44,46 @@ def test_allocate_grows_to_cover_computed_plus_new_tokens() -> None:
 
 
 def test_a_refusal_changes_nothing_and_takes_from_no_one() -> None:
-    kv = KVCache(4, 4)
+    kv = KVCache(5, 4)
     a, b = seq("a", 12, 1), seq("b", 8, 1)
     assert kv.allocate_slots(a, 12)
     assert not kv.allocate_slots(b, 8)  # needs 2, 1 free
     assert b.blocks == []
-    assert a.blocks == [0, 1, 2]
+    assert a.blocks == [1, 2, 3]
     assert kv.num_free == 1
     kv.audit([a, b])
 
 
-def test_free_returns_blocks_to_the_back_of_the_queue() -> None:
-    kv = KVCache(4, 4)
+def test_blocks_without_a_hash_are_reused_first_tail_first() -> None:
+    # vLLM 0.34's free_blocks: a request's blocks come back in reverse order, and blocks without a
+    # hash (here: caching off) are prepended, so they are reused before never-used ones (LIFO, for
+    # GPU locality).
+    kv = KVCache(5, 4)
     a, b = seq("a", 8, 1), seq("b", 4, 1)
-    kv.allocate_slots(a, 8)
-    kv.allocate_slots(b, 4)
+    kv.allocate_slots(a, 8)  # blocks 1, 2
+    kv.allocate_slots(b, 4)  # block 3; block 4 never used
     kv.free(a)
     assert a.blocks == []
     assert kv.num_used == 1
     assert kv.usage == 0.25
-    c = seq("c", 8, 1)
-    kv.allocate_slots(c, 8)
-    assert c.blocks == [3, 0]  # never-used block 3 first, then the freed ones in order
+    c = seq("c", 12, 1)
+    kv.allocate_slots(c, 12)
+    # free_blocks(reversed([1, 2])) prepends [2, 1] keeping its order: the queue reads 2, 1, 4.
+    assert c.blocks == [2, 1, 4]
     kv.audit([b, c])
 
 
 def test_audit_catches_a_block_held_twice() -> None:
-    kv = KVCache(4, 4)
+    kv = KVCache(5, 4)
     a, b = seq("a", 4, 1), seq("b", 4, 1)
     kv.allocate_slots(a, 4)
-    b.blocks.append(a.blocks[0])  # corrupt on purpose
-    with pytest.raises(AssertionError, match="held by two"):
+    b.blocks.append(a.blocks[0])  # corrupt on purpose: b never took a reference
+    with pytest.raises(AssertionError, match="reference counts"):
         kv.audit([a, b])
 
 
 def test_conservation_check_catches_a_leak() -> None:
-    kv = KVCache(4, 4)
+    kv = KVCache(5, 4)
     a = seq("a", 4, 1)
     kv.allocate_slots(a, 4)
     a.blocks.clear()  # drop the block without freeing it

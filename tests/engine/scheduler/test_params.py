@@ -54,11 +54,12 @@ def test_invalid_numbers_are_refused(override: dict[str, float]) -> None:
         seed_params(**override)
 
 
-def test_context_must_fit_in_the_cache() -> None:
+def test_context_must_fit_in_the_usable_blocks() -> None:
+    # Block 0 is vLLM's null block: one request may hold at most blocks - 1 of them.
     blocks = num_kv_blocks(seed_params())
-    check_context_fits(seed_params(context_length=blocks * 16), blocks)
+    check_context_fits(seed_params(context_length=(blocks - 1) * 16), blocks)
     with pytest.raises(ValueError, match="does not fit in the KV cache"):
-        check_context_fits(seed_params(context_length=blocks * 16 + 1), blocks)
+        check_context_fits(seed_params(context_length=(blocks - 1) * 16 + 1), blocks)
 
 
 def test_specs_are_frozen() -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
 from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
-from llmsim.types import FinishReason
+from llmsim.engine.scheduler.params import LoraParams
+from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, FinishReason, StepStats
 
 from .builders import tiny_params
 
@@ -82,3 +84,92 @@ def test_the_same_input_gives_the_same_timeline(scenario: tuple[SchedulerParams,
         return [(r.token_times, r.queue_time, r.e2e, r.num_preemptions) for r in result.requests], result.steps
 
     assert timeline(first) == timeline(second)
+
+
+# Two "documents" that prompts start from, so random prompts share prefixes of every length.
+_FAMILIES = [tuple(range(1000 * f, 1000 * f + 64)) for f in range(1, 3)]
+
+
+@st.composite
+def cached_scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
+    """Like ``scenarios``, with token ids drawn so that prompts share prefixes, and LoRA adapters."""
+    block_size = draw(st.sampled_from([1, 2, 4]))
+    num_blocks = draw(st.integers(3, 24))
+    capacity = num_blocks * block_size
+    context = draw(st.integers(2, capacity))
+    max_loras = draw(st.integers(1, 2))
+    params = tiny_params(
+        num_blocks,
+        block_size=block_size,
+        context_length=context,
+        max_batch_tokens=draw(st.integers(1, 48)),
+        max_num_sequences=draw(st.integers(1, 6)),
+        watermark=draw(st.sampled_from([0.0, 0.1])),
+        enable_kv_cache_events=True,
+        lora=LoraParams(max_loras=max_loras, max_cpu_loras=2, load_s=0.005, adapters=(("x", "/x"), ("y", "/y"))),
+    )
+    items = []
+    for i in range(draw(st.integers(0, 14))):
+        prompt = draw(st.integers(1, context))
+        # Mostly long shared prefixes (whole prompts repeated, halves), so hits are common.
+        shared = min(64, draw(st.sampled_from([prompt, prompt, prompt // 2, 0])))
+        family = _FAMILIES[draw(st.integers(0, 1))]
+        own = tuple(range(100_000 * (i + 1), 100_000 * (i + 1) + prompt - shared))
+        output = draw(st.integers(0, context - prompt))
+        outputs = tuple(range(50_000, 50_000 + output)) if draw(st.booleans()) else None
+        arrival = draw(st.integers(0, 500)) / 1000
+        abort_at = draw(st.none() | st.integers(0, 800).map(lambda ms: ms / 1000))
+        lora = draw(st.sampled_from([None, None, "x", "y"]))
+        items.append(WorkloadItem(arrival, prompt, output, abort_at, family[:shared] + own, outputs, lora_name=lora))
+    return params, items
+
+
+class _Events:
+    """Rebuilds the cached-block multiset from the KV-cache events alone, as a subscriber would."""
+
+    def __init__(self) -> None:
+        self.blocks: Counter[bytes] = Counter()
+
+    def on_step(self, stats: StepStats) -> None:
+        for event in stats.kv_events:
+            if isinstance(event, BlockStored):
+                self.blocks.update(event.block_hashes)
+            elif isinstance(event, BlockRemoved):
+                self.blocks.subtract(event.block_hashes)
+            else:
+                assert isinstance(event, AllBlocksCleared)
+                self.blocks.clear()
+
+    def on_first_token(self, ttft: float) -> None:
+        pass
+
+    def on_request_finished(self, stats: object) -> None:
+        pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cached_scenarios())
+def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_match_the_cache(
+    scenario: tuple[SchedulerParams, list[WorkloadItem]],
+) -> None:
+    params, workload = scenario
+    events = _Events()
+    # audit=True: after every step, reference counts equal the holders, the free queue holds
+    # exactly the unreferenced blocks, free + held = usable, and the cache map equals the hashes.
+    result = simulate(params, workload, audit=True, observer=events)
+    summary = result.summary()
+    # Steer generation towards runs that hit, evict and preempt: where the bookkeeping is hard.
+    target(float(summary.prefix_cache_hits), label="prefix cache hits")
+    target(float(summary.num_preemptions), label="preemptions")
+    for s in result.steps:
+        assert s.kv_used_blocks <= result.kv_total_blocks
+        assert s.prefix_cache_hits <= s.prefix_cache_queries
+    if result.steps:
+        assert result.steps[-1].kv_used_blocks == 0
+    assert +events.blocks == result.cached_blocks
+    for item, r in zip(workload, result.requests, strict=True):
+        if r.finish_reason is not FinishReason.ABORT:
+            assert r.output_tokens == item.output_tokens == len(r.token_times)
+        # A hit is whole blocks, and always leaves at least one prompt token to compute.
+        assert r.num_cached_tokens % params.block_size == 0
+        assert r.num_cached_tokens <= max(item.prompt_tokens - 1, 0)

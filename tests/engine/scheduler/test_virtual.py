@@ -41,6 +41,29 @@ def test_a_request_arriving_mid_step_joins_the_next_step() -> None:
     assert b.ttft == pytest.approx(d(4) + d(9) - 0.005, rel=1e-12)
 
 
+def test_with_async_scheduling_a_request_arriving_mid_step_joins_one_step_later() -> None:
+    # vLLM's async scheduling decides step 1 when step 0 starts (t = 0), before b arrives at
+    # 0.005; b joins step 2, decided when step 1 starts at d(4).
+    #   step 0 [0, d4):            a's prefill (4 tokens)
+    #   step 1 [d4, d4 + d5):      a's token 5 (context 5)
+    #   step 2 [.., .. + d(6+4)):  a's token 6 and b's prompt (context 6 + 4)
+    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    a, b = result.requests
+    assert b.queue_time == pytest.approx(d(4) + d(5) - 0.005, rel=1e-12)
+    assert b.token_times == pytest.approx([d(4) + d(5) + d(10)], rel=1e-12)
+    assert a.token_times == pytest.approx([d(4), d(4) + d(5), d(4) + d(5) + d(10)], rel=1e-12)
+
+
+def test_with_async_scheduling_an_idle_engine_still_starts_at_the_arrival() -> None:
+    # Nothing running: no lookahead batch was scheduled, so the arrival is taken at once; the
+    # second request arrives during b's own prefill and, b still running, waits a step more.
+    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(1.0, 4, 2), WorkloadItem(1.001, 4, 1)])
+    first, second = result.requests
+    assert first.queue_time == 0.0
+    assert first.ttft == pytest.approx(d(4), rel=1e-12)
+    assert second.arrival + second.queue_time == pytest.approx(1.0 + d(4) + d(5), rel=1e-12)
+
+
 def test_ties_in_arrival_keep_workload_order() -> None:
     params = tiny_params(8, max_num_sequences=1)
     result = simulate(params, [WorkloadItem(1.0, 4, 1), WorkloadItem(0.0, 4, 1), WorkloadItem(1.0, 4, 1)])

@@ -2,7 +2,8 @@
 
 Three tiers, dependencies pointing down only:
 
-- resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool),
+- resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
+  prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
   ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload`` and
   ``simulation_summary`` (virtual-time inputs and outputs);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release);
@@ -12,11 +13,13 @@ Three tiers, dependencies pointing down only:
 Pure and deterministic: no I/O, no randomness outside the seeded workload generator.
 """
 
+from llmsim.engine.scheduler.block_hash import hash_blocks
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.kv_cache import KVCache
 from llmsim.engine.scheduler.params import (
     GpuSpec,
+    LoraParams,
     ModelSpec,
     SchedulerParams,
     check_context_fits,
@@ -33,6 +36,7 @@ __all__ = [
     "CostModel",
     "GpuSpec",
     "KVCache",
+    "LoraParams",
     "ModelSpec",
     "Percentiles",
     "RequestResult",
@@ -48,6 +52,7 @@ __all__ = [
     "WorkloadItem",
     "check_context_fits",
     "default_limits",
+    "hash_blocks",
     "num_kv_blocks",
     "percentile",
     "poisson_arrivals",

@@ -40,8 +40,9 @@ from typing import ClassVar
 from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
+from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
 
@@ -56,8 +57,27 @@ class _Stream(Sequence):
 
     __slots__ = ("engine", "events", "in_inbox", "plan", "waiter")
 
-    def __init__(self, engine: SchedulerEngine, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
-        Sequence.__init__(self, request_id, arrival, plan.prompt_tokens, plan.num_output_tokens, plan.finish_reason)
+    def __init__(
+        self,
+        engine: SchedulerEngine,
+        plan: GenerationPlan,
+        arrival: float,
+        request_id: RequestId,
+        lora: tuple[int, ExtraKeys] = (0, None),
+    ) -> None:
+        Sequence.__init__(
+            self,
+            request_id,
+            arrival,
+            plan.prompt_tokens,
+            plan.num_output_tokens,
+            plan.finish_reason,
+            prompt_token_ids=plan.prompt_token_ids,
+            output_token_ids=plan.token_ids,
+            lora_name=plan.lora_name,
+            lora_id=lora[0],
+            extra_keys=lora[1],
+        )
         self.engine = engine
         self.plan = plan
         self.events: deque[TokenEvent] = deque()
@@ -109,9 +129,15 @@ class _PacedStream(_Stream):
     __slots__ = ("cut", "pacing", "sleeper")
 
     def __init__(
-        self, engine: SchedulerEngine, plan: GenerationPlan, arrival: float, request_id: RequestId, pacing: Pacing
+        self,
+        engine: SchedulerEngine,
+        plan: GenerationPlan,
+        arrival: float,
+        request_id: RequestId,
+        lora: tuple[int, ExtraKeys],
+        pacing: Pacing,
     ) -> None:
-        super().__init__(engine, plan, arrival, request_id)
+        super().__init__(engine, plan, arrival, request_id, lora)
         self.pacing = pacing
         # The consumer's task while it waits for a paced deadline: what interrupt() cancels.
         self.sleeper: asyncio.Task[object] | None = None
@@ -198,12 +224,45 @@ class SchedulerEngine(Engine):
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._timeline_end = -math.inf
+        # LoRA adapters plans may name: name -> (vLLM's lora_int_id, block-hash extra keys).
+        self._loras: dict[str, tuple[int, ExtraKeys]] = {}
+        self._lora_ids = 0
         self.closed = False
         self.failure: BaseException | None = None
+        if params.lora is not None:
+            for name, path in params.lora.adapters:
+                self.add_lora(name, path)
 
     @property
     def num_kv_blocks(self) -> int:
         return self._scheduler.kv.num_blocks
+
+    def cached_prefix_tokens(self, token_ids: Seq[int], lora_name: str | None = None) -> int:
+        """Leading tokens of a prompt with these ids that the prefix cache holds right now.
+
+        What a prefix-aware router asks a replica; the prompt's own admission would further cap
+        the hit at its length minus one token. 0 with prefix caching off.
+        """
+        keys = self._lora(lora_name)[1]
+        return self._scheduler.cached_prefix_tokens(hash_blocks(token_ids, self._params.block_size, keys))
+
+    # -- LoRA -----------------------------------------------------------------------------
+
+    def add_lora(self, name: str, path: str) -> None:
+        if self._params.lora is None:
+            raise ValueError("LoRA is not enabled for this model (no lora section)")
+        known = self._loras.get(name)
+        # An in-place reload keeps its id (vLLM's lora_int_id), as vLLM does.
+        lora_id = known[0] if known is not None else self._lora_ids + 1
+        self._lora_ids = max(self._lora_ids, lora_id)
+        self._loras[name] = (lora_id, lora_extra_keys(name, path))
+        self._scheduler.load_lora(name)
+
+    def remove_lora(self, name: str) -> None:
+        self._loras.pop(name, None)
+
+    def reset_prefix_cache(self) -> bool:
+        return self._scheduler.reset_prefix_cache()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -258,13 +317,15 @@ class SchedulerEngine(Engine):
     ) -> list[TokenStream]:
         self._check_serving()
         streams = [
-            _Stream(self, plan, arrival, rid)
+            _Stream(self, plan, arrival, rid, self._lora(plan.lora_name))
             if plan.pacing is None
-            else _PacedStream(self, plan, arrival, rid, plan.pacing)
+            else _PacedStream(self, plan, arrival, rid, self._lora(plan.lora_name), plan.pacing)
             for plan, rid in zip(plans, request_ids, strict=True)
         ]
         for stream in streams:
             stream.limit_to_context(self._params.context_length)  # raise here, not in the step loop
+        if self._params.enable_prefix_caching:
+            self._hash_prompts(streams)
         limit = self._params.max_waiting_requests
         loop = asyncio.get_running_loop()
         admission = _Admission(streams, loop.create_future() if limit is not None else None)
@@ -290,6 +351,30 @@ class SchedulerEngine(Engine):
                 raise EngineOverloaded(len(self._scheduler.waiting), limit)
         return list(streams)
 
+    def _lora(self, name: str | None) -> tuple[int, ExtraKeys]:
+        if name is None:
+            return 0, None
+        lora = self._loras.get(name)
+        if lora is None:
+            raise ValueError(f"unknown LoRA adapter '{name}'")
+        return lora
+
+    def _hash_prompts(self, streams: list[_Stream]) -> None:
+        """Hash each distinct prompt's full blocks once, here rather than in the step loop.
+
+        The ``n`` choices of a prompt share its ids (one tuple), so they share one hashing.
+        """
+        block_size = self._params.block_size
+        done: dict[int, list[bytes]] = {}
+        for stream in streams:
+            ids = stream.prompt_token_ids
+            if ids is None:
+                continue
+            hashes = done.get(id(ids))
+            if hashes is None:
+                hashes = done[id(ids)] = hash_blocks(ids, block_size, stream.extra_keys)
+            stream.block_hashes = list(hashes)
+
     def _check_serving(self) -> None:
         if self.failure is not None:
             raise EngineStopped("the scheduler step loop failed") from self.failure
@@ -314,38 +399,37 @@ class SchedulerEngine(Engine):
         self._observer.on_request_finished(stream.to_stats())
 
     def snapshot(self) -> EngineSnapshot:
-        kv = self._scheduler.kv
-        return EngineSnapshot(
-            num_running=len(self._scheduler.running),
-            num_waiting=self._num_inbox + len(self._scheduler.waiting),
-            kv_used_blocks=kv.num_used,
-            kv_total_blocks=kv.num_blocks,
-        )
+        inbox = None
+        if self._params.lora is not None:
+            inbox = [s for _, _, a in self._inbox for s in a.streams if s.status < _FINISHED]
+        return self._scheduler.snapshot(self._num_inbox, inbox)
 
     # -- the step loop --------------------------------------------------------------------
 
-    def _admit_arrivals(self, step_start: float) -> None:
-        """Hand every request that arrived by ``step_start`` to the scheduler, or refuse it."""
+    def _admit_arrivals(self, cutoff: float) -> None:
+        """Hand every request that arrived by ``cutoff`` (the moment the step is decided) to the scheduler, or refuse it."""
         inbox = self._inbox
-        while inbox and inbox[0][0] <= step_start:
+        while inbox and inbox[0][0] <= cutoff:
             admission = heapq.heappop(inbox)[2]
             live = [s for s in admission.streams if s.status < _FINISHED]  # aborted ones are gone
             self._num_inbox -= len(live)
             for stream in admission.streams:
                 stream.in_inbox = False
-            if not self._scheduler.add_requests(live, step_start):
+            if not self._scheduler.add_requests(live, cutoff):
                 admission.rejected = True
                 self._live.difference_update(live)
             admission.decide()
 
     async def _step_loop(self) -> None:
         sched = self._scheduler
-        step_duration = sched.cost.step_duration
+        step_duration = sched.step_duration
         clock = self._clock
         observer = self._observer
         inbox = self._inbox
         loop = asyncio.get_running_loop()
         step_start = self._timeline_end
+        previous_start = -math.inf
+        params = self._params
         while True:
             if not sched.has_work():
                 if not inbox:
@@ -356,11 +440,11 @@ class SchedulerEngine(Engine):
                 # Idle restart: anchored at the arrival stamp, never at "now".
                 if inbox[0][0] > step_start:
                     step_start = inbox[0][0]
-            self._admit_arrivals(step_start)
+            self._admit_arrivals(admission_cutoff(params, step_start, previous_start, bool(sched.running)))
             if not sched.has_work():
                 continue  # every arrival was refused or had left
             out = sched.schedule(step_start)
-            duration = step_duration(out.num_tokens, out.num_context_tokens)
+            duration = step_duration(out)
             deadline = step_start + duration
             lag = await clock.sleep_until(deadline)
             if lag > 0.0:
@@ -381,4 +465,5 @@ class SchedulerEngine(Engine):
                 stream.wake()  # a plan with no tokens ends without a release
                 self._live.discard(stream)
                 observer.on_request_finished(stream.to_stats())
+            previous_start = step_start
             step_start = deadline

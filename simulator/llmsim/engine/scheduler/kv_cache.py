@@ -1,4 +1,5 @@
-"""The KV block pool: answers whether a sequence's next tokens fit, never picks a victim.
+"""The KV block pool and its prefix cache (vLLM V1's ``BlockPool`` + ``KVCacheManager``): answers
+whether a sequence's tokens fit, never picks a victim.
 
 A sequence holding ``len(blocks)`` blocks may hold KV for ``len(blocks) * block_size`` tokens;
 scheduling ``n`` more tokens needs ``ceil((num_computed + n) / block_size)`` blocks in all::
@@ -7,48 +8,181 @@ scheduling ``n`` more tokens needs ``ceil((num_computed + n) / block_size)`` blo
     | t0 t1 t2 t3 | t4 t5 n0 n1 | n2 .. .. .. |
     |  held       |  held       |  new block  |    -> allocate 1
 
-Blocks are conserved (free + held == total) and a block is never held twice: every allocation
-and free checks an ownership flag, which costs one byte per block and O(1) per block moved.
+vLLM's rules, read from ``vllm/v1/core/block_pool.py`` and ``kv_cache_manager.py`` (0.34):
+
+- Block 0 is the *null block*, taken at startup and never handed out: of ``N`` blocks ``N - 1``
+  are usable, and usage is ``1 - free / (N - 1)``.
+- Free blocks wait in a queue, initially by block id. Allocation pops from the front. A freed
+  request returns its blocks in reverse order (the tail of a chain first); blocks without a hash
+  (a partial tail, or caching off) go to the *front* (reused first), hashed blocks to the *back*
+  in that order, so the least recently freed cached block is evicted first, and a chain's tail
+  before its prefix.
+- A full block gets its hash when the step that computes its last token is *scheduled* (so a
+  request admitted later in the same step can already hit it), and keeps it after being freed:
+  it stays findable until an allocation pops it from the free queue (lazy eviction, one
+  ``BlockRemoved`` per evicted hash).
+- A lookup finds the longest run of cached full blocks from the start, at most
+  ``num_tokens - 1`` tokens (one token is always computed, for its logits). A hit on a free
+  block takes it off the free queue, so it costs a free block in the admission check; a hit on
+  a block another request holds costs nothing (reference counts).
+- Identical blocks computed by two requests at once are both cached under one hash (vLLM does
+  not de-duplicate, so block tables stay append-only); each is announced and evicted on its own.
+
+Invariants (checked every step, O(1)): ``free + held == N - 1``; a block is free iff its
+reference count is 0. :meth:`KVCache.audit` checks everything, for tests.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 
 from llmsim.engine.scheduler.sequence import Sequence
+from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+#: Block 0, never allocated (vLLM's null block: padding for skipped attention blocks).
+NULL_BLOCK = 0
 
 
 class KVCache:
-    """Free blocks in a deque (allocate from the left, free to the right)."""
+    """``N`` blocks of ``block_size`` tokens, with an optional prefix cache.
 
-    __slots__ = ("_free", "_num_held", "_owned", "block_size", "num_blocks")
+    Parameters
+    ----------
+    num_blocks:
+        ``N``, as sized from memory (``num_gpu_blocks``); ``N - 1`` are usable.
+    block_size:
+        Tokens per block.
+    enable_caching:
+        Keep full blocks' hashes for reuse (vLLM's ``enable_prefix_caching``).
+    record_events:
+        Record :class:`~llmsim.types.KVCacheEvent` in :attr:`events` (for the KV-events publisher).
+    """
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError("num_blocks and block_size must be >= 1")
+    __slots__ = (
+        "_cached",
+        "_free",
+        "_hash",
+        "_num_held",
+        "_ref",
+        "block_size",
+        "enable_caching",
+        "events",
+        "num_blocks",
+        "num_usable_blocks",
+    )
+
+    def __init__(
+        self, num_blocks: int, block_size: int, *, enable_caching: bool = False, record_events: bool = False
+    ) -> None:
+        if num_blocks < 2 or block_size < 1:
+            raise ValueError("num_blocks must be >= 2 (block 0 is the null block) and block_size >= 1")
         self.num_blocks = num_blocks
+        self.num_usable_blocks = num_blocks - 1
         self.block_size = block_size
-        self._free: deque[int] = deque(range(num_blocks))
-        # 1 while some sequence holds the block.
-        self._owned = bytearray(num_blocks)
+        self.enable_caching = enable_caching
+        # Reference count per block: how many sequences hold it (the null block: always 1).
+        self._ref = [0] * num_blocks
+        self._ref[NULL_BLOCK] = 1
+        # Hash of a block that is (or was, until evicted) a cached full block.
+        self._hash: list[bytes | None] = [None] * num_blocks
+        # The free queue: an OrderedDict is a doubly linked list in C (O(1) pop at either end,
+        # removal from the middle when a hit takes a free block, insertion at either end).
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        # Cached full blocks by hash: one block id, or a list when identical blocks were computed twice.
+        self._cached: dict[bytes, int | list[int]] = {}
         self._num_held = 0
+        self.events: list[KVCacheEvent] | None = [] if record_events else None
+
+    # -- figures ----------------------------------------------------------------------------
 
     @property
     def num_free(self) -> int:
+        """Blocks an allocation may take: never held, or held once and now only cached."""
         return len(self._free)
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        """Blocks held by some sequence (the null block excluded)."""
+        return self.num_usable_blocks - len(self._free)
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use (vLLM's ``kv_cache_usage_perc``, 0-1)."""
-        return self.num_used / self.num_blocks
+        """vLLM's ``kv_cache_usage_perc``: ``1 - free / (N - 1)``, 0-1."""
+        return self.num_used / self.num_usable_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks that a lookup could find right now (held or free)."""
+        return sum(len(v) if isinstance(v, list) else 1 for v in self._cached.values())
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens of KV."""
         return -(-num_tokens // self.block_size)
+
+    # -- prefix cache lookups ---------------------------------------------------------------
+
+    def count_cached_prefix(self, block_hashes: Iterable[bytes]) -> int:
+        """How many leading blocks of ``block_hashes`` are cached now (a router's question: no state changes).
+
+        ``block_hashes`` come from :func:`~llmsim.engine.scheduler.block_hash.hash_blocks`; the
+        hit in tokens is ``block_size`` times the result (a request's own lookup is further capped
+        at its length minus one token).
+        """
+        if not self.enable_caching:
+            return 0
+        cached = self._cached
+        n = 0
+        for h in block_hashes:
+            if h not in cached:
+                break
+            n += 1
+        return n
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """The blocks of ``seq``'s longest cached prefix: full blocks only, at most ``num_tokens - 1`` tokens."""
+        if not self.enable_caching or not seq.hashable:
+            return []
+        bs = self.block_size
+        max_blocks = (seq.num_tokens - 1) // bs
+        hashes = seq.ensure_block_hashes(max_blocks * bs, bs)
+        cached = self._cached
+        hits: list[int] = []
+        # One dict lookup per block of the prompt, once per admission attempt.
+        for h in hashes[:max_blocks]:
+            entry = cached.get(h)
+            if entry is None:
+                break
+            hits.append(entry if type(entry) is int else entry[0])  # type: ignore[index]
+        return hits
+
+    def num_blocks_to_admit(self, seq: Sequence, hits: Seq[int]) -> int:
+        """Free blocks admitting all of ``seq`` with ``hits`` would take (vLLM's full-sequence admission gate).
+
+        ``ceil(num_tokens / block_size) - len(hits)`` new blocks, plus every hit block that is
+        free now (a touched block leaves the free queue).
+        """
+        ref = self._ref
+        evictable = sum(1 for b in hits if ref[b] == 0)
+        return self.blocks_for(seq.num_tokens) - len(hits) + evictable
+
+    # -- allocation -------------------------------------------------------------------------
+
+    def take_cached(self, seq: Sequence, hits: Seq[int]) -> None:
+        """Give ``seq`` (holding nothing) the cached blocks ``hits``: they count as computed."""
+        assert not seq.blocks, "a hit starts a sequence that holds nothing"
+        assert seq.num_computed_tokens == 0, "a hit starts a sequence with nothing computed"
+        ref = self._ref
+        free = self._free
+        for b in hits:
+            if ref[b] == 0:
+                del free[b]
+                self._num_held += 1
+            ref[b] += 1
+        seq.blocks.extend(hits)
+        seq.num_cached_blocks = len(hits)
+        seq.num_computed_tokens = len(hits) * self.block_size
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow ``seq`` to hold ``num_new_tokens`` more tokens; False (and no change) if blocks are short."""
@@ -58,42 +192,167 @@ class KVCache:
         free = self._free
         if need > len(free):
             return False
-        owned = self._owned
+        ref = self._ref
+        block_hash = self._hash
         held = seq.blocks
         # At most one block per block_size tokens: rare on the decode path.
         for _ in range(need):
-            block = free.popleft()
-            assert not owned[block], f"block {block} is free and held at once"
-            owned[block] = 1
+            block, _ = free.popitem(last=False)
+            assert ref[block] == 0, f"block {block} is free and held at once"
+            if block_hash[block] is not None:
+                self._evict(block)
+            ref[block] = 1
             held.append(block)
         self._num_held += need
         return True
 
+    def _evict(self, block: int) -> None:
+        """Forget a cached block that is being reused (vLLM's ``_maybe_evict_cached_block``)."""
+        h = self._hash[block]
+        assert h is not None
+        self._hash[block] = None
+        entry = self._cached[h]
+        if type(entry) is int:
+            del self._cached[h]
+        else:
+            assert isinstance(entry, list)
+            entry.remove(block)
+            if len(entry) == 1:
+                self._cached[h] = entry[0]
+        if self.events is not None:
+            self.events.append(BlockRemoved((h,)))
+
+    def cache_blocks(self, seq: Sequence, num_tokens: int) -> None:
+        """Put ``seq``'s full blocks among its first ``num_tokens`` tokens in the prefix cache.
+
+        Called when a step is scheduled, for ``min(num_computed_tokens, num_tokens)``: vLLM caches
+        the KV a step will write as it schedules the step. A block whose token ids are not all
+        known (outputs without ids) is not cached.
+        """
+        if not self.enable_caching or not seq.hashable:
+            return
+        bs = self.block_size
+        start = seq.num_cached_blocks
+        hashes = seq.ensure_block_hashes(num_tokens, bs)
+        end = min(num_tokens // bs, len(hashes))
+        if end <= start:
+            return
+        blocks = seq.blocks
+        block_hash = self._hash
+        cached = self._cached
+        for i in range(start, end):
+            block = blocks[i]
+            h = hashes[i]
+            assert block_hash[block] is None, f"block {block} cached twice"
+            block_hash[block] = h
+            entry = cached.get(h)
+            if entry is None:
+                cached[h] = block
+            elif type(entry) is int:
+                cached[h] = [entry, block]
+            else:
+                assert isinstance(entry, list)
+                entry.append(block)
+        seq.num_cached_blocks = end
+        if self.events is not None:
+            self.events.append(
+                BlockStored(
+                    block_hashes=tuple(hashes[start:end]),
+                    parent_block_hash=hashes[start - 1] if start else None,
+                    token_ids=seq.token_ids_between(start * bs, end * bs),
+                    block_size=bs,
+                    lora_id=seq.lora_id or None,
+                    lora_name=seq.lora_name,
+                )
+            )
+
     def free(self, seq: Sequence) -> None:
-        """Return every block ``seq`` holds to the pool."""
-        owned = self._owned
+        """Return every block ``seq`` holds to the pool, in vLLM's order (tail first)."""
+        ref = self._ref
+        block_hash = self._hash
+        caching = self.enable_caching
+        first: list[int] = []
+        last: list[int] = []
+        for block in reversed(seq.blocks):
+            assert ref[block] > 0, f"block {block} freed but not held"
+            ref[block] -= 1
+            if ref[block] == 0:
+                if caching and block_hash[block] is not None:
+                    last.append(block)
+                else:
+                    first.append(block)
         free = self._free
-        for block in seq.blocks:
-            assert owned[block], f"block {block} freed but not held"
-            owned[block] = 0
-            free.append(block)
-        self._num_held -= len(seq.blocks)
+        # Reused first, in the order given: prepend from the back.
+        for block in reversed(first):
+            free[block] = None
+            free.move_to_end(block, last=False)
+        for block in last:
+            free[block] = None
+        self._num_held -= len(first) + len(last)
         seq.blocks.clear()
+        seq.num_cached_blocks = 0
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block; only possible while no block is held (as vLLM)."""
+        if self._num_held:
+            return False
+        self._cached.clear()
+        self._hash = [None] * self.num_blocks
+        if self.events is not None:
+            self.events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The events recorded since the last call (empty when not recording)."""
+        events = self.events
+        if not events:
+            return []
+        self.events = []
+        return events
+
+    # -- checks -----------------------------------------------------------------------------
 
     def check(self) -> None:
         """Cheap conservation check (O(1)), run at the end of every step."""
-        assert len(self._free) + self._num_held == self.num_blocks, "KV blocks leaked or double-counted"
+        assert len(self._free) + self._num_held == self.num_usable_blocks, "KV blocks leaked or double-counted"
+
+    def cached_hashes(self) -> dict[bytes, int]:
+        """Every cached hash with the number of blocks cached under it (what KV events rebuild)."""
+        return {h: 1 if type(v) is int else len(v) for h, v in self._cached.items()}  # type: ignore[arg-type]
 
     def audit(self, holders: list[Sequence]) -> None:
-        """Full check for tests: the holders' blocks and the free list partition the pool exactly."""
-        held = [b for seq in holders for b in seq.blocks]
-        if len(set(held)) != len(held):
-            raise AssertionError("a block is held by two sequences")
-        if len(set(self._free)) != len(self._free):
-            raise AssertionError("a block is on the free list twice")
-        if set(held) & set(self._free):
-            raise AssertionError("a block is both free and held")
-        if len(held) + len(self._free) != self.num_blocks or len(held) != self._num_held:
-            raise AssertionError(f"{len(held)} held + {len(self._free)} free != {self.num_blocks} blocks")
-        if sum(self._owned) != len(held):
-            raise AssertionError("ownership flags disagree with the holders")
+        """Full check for tests: reference counts, the free queue and the cache map agree exactly."""
+        counts = [0] * self.num_blocks
+        counts[NULL_BLOCK] = 1
+        for seq in holders:
+            if len(set(seq.blocks)) != len(seq.blocks):
+                raise AssertionError(f"sequence {seq.request_id} holds a block twice")
+            if NULL_BLOCK in seq.blocks:
+                raise AssertionError("the null block was handed out")
+            for b in seq.blocks:
+                counts[b] += 1
+        if counts != self._ref:
+            raise AssertionError("reference counts disagree with the holders")
+        free = list(self._free)
+        if len(set(free)) != len(free) or NULL_BLOCK in self._free:
+            raise AssertionError("the free queue holds a block twice, or the null block")
+        if {b for b in range(1, self.num_blocks) if counts[b] == 0} != set(free):
+            raise AssertionError("a block is both free and held, or neither")
+        held = sum(1 for b in range(1, self.num_blocks) if counts[b])
+        if held != self._num_held or held + len(free) != self.num_usable_blocks:
+            raise AssertionError(f"{held} held + {len(free)} free != {self.num_usable_blocks} usable blocks")
+        mapped: dict[int, bytes] = {}
+        for h, v in self._cached.items():
+            for b in [v] if type(v) is int else v:  # type: ignore[union-attr]
+                if b in mapped:
+                    raise AssertionError(f"block {b} cached twice")
+                mapped[b] = h
+        hashed = {b: h for b, h in enumerate(self._hash) if h is not None}
+        if mapped != hashed:
+            raise AssertionError("the cache map disagrees with the blocks' hashes")
+        for seq in holders:
+            if seq.num_cached_blocks > len(seq.blocks):
+                raise AssertionError(f"sequence {seq.request_id} has more cached blocks than blocks")
+            for i, b in enumerate(seq.blocks[: seq.num_cached_blocks]):
+                if self._hash[b] != seq.block_hashes[i]:
+                    raise AssertionError(f"sequence {seq.request_id}: block {i} is cached under another hash")

@@ -28,6 +28,29 @@ class ModelSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class LoraParams:
+    """LoRA serving limits (vLLM's ``LoRAConfig``) and what loading an adapter costs."""
+
+    # max_loras: distinct adapters in one running batch.
+    max_loras: int = 1
+    # max_cpu_loras: adapters kept loaded (an LRU); using one that is not costs ``load_s``.
+    max_cpu_loras: int = 1
+    # Simulated seconds to load a non-resident adapter, added to the step that first needs it.
+    load_s: float = 0.0
+    # Adapters loaded at startup, in order: (name, path) (vLLM's --lora-modules).
+    adapters: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_loras < 1:
+            raise ValueError(f"max_loras must be >= 1, got {self.max_loras}")
+        if self.max_cpu_loras < self.max_loras:
+            # vLLM's own message (config/lora.py).
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}).")
+        if self.load_s < 0:
+            raise ValueError(f"load_s must be >= 0, got {self.load_s}")
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerParams:
     """Everything the scheduler engine reads; vLLM's names in comments where they differ."""
 
@@ -50,6 +73,16 @@ class SchedulerParams:
     # Achieved fractions of peak FLOP/s and of peak bandwidth.
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
+    # vLLM's enable_prefix_caching (on by default in V1): full blocks are reused across requests.
+    enable_prefix_caching: bool = True
+    # Record KV-cache events (BlockStored/BlockRemoved/AllBlocksCleared) in each step's stats.
+    enable_kv_cache_events: bool = False
+    # LoRA adapters (None: LoRA off, as vLLM without --enable-lora).
+    lora: LoraParams | None = None
+    # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
+    # while running sequences keep the GPU busy joins one step later than with synchronous
+    # scheduling. Off here (the plain timeline); runtime.py turns it on as vLLM 0.33+ does.
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         ints = {
@@ -96,12 +129,13 @@ def default_limits(gpu: GpuSpec) -> tuple[int, int]:
 def num_kv_blocks(params: SchedulerParams) -> int:
     """KV blocks left after the weights: floor((HBM x utilisation - weights) / bytes per block).
 
-    Raises ValueError when the weights leave no room for a single block.
+    This is vLLM's ``num_gpu_blocks``; block 0 of them is the null block, so requests can use one
+    fewer. Raises ValueError when the weights leave no room for the null block and one more.
     """
     usable = params.gpu.hbm_bytes * params.gpu_memory_utilization - params.model.weight_bytes
     block_bytes = params.model.kv_bytes_per_token * params.block_size
     blocks = math.floor(usable / block_bytes)
-    if blocks <= 0:
+    if blocks <= 1:
         raise ValueError(
             f"the weights ({params.model.weight_bytes / 1e9:.2f} GB) leave no room for the KV cache in "
             f"{params.gpu_memory_utilization:g} x {params.gpu.hbm_bytes / 2**30:g} GiB of HBM "
@@ -113,11 +147,13 @@ def num_kv_blocks(params: SchedulerParams) -> int:
 def check_context_fits(params: SchedulerParams, num_blocks: int) -> None:
     """Refuse a cache that cannot hold one request of the full context length (as vLLM does at startup).
 
-    Without this a lone sequence could outgrow the whole cache and never be scheduled again.
+    Without this a lone sequence could outgrow the whole cache and never be scheduled again. The
+    null block is not counted: requests can use ``num_blocks - 1`` blocks.
     """
-    capacity = num_blocks * params.block_size
+    capacity = (num_blocks - 1) * params.block_size
     if params.context_length > capacity:
         raise ValueError(
             f"context_length {params.context_length} does not fit in the KV cache ({num_blocks} blocks of "
-            f"{params.block_size} = {capacity} tokens); raise gpu_memory_utilization or lower context_length"
+            f"{params.block_size}, one of them vLLM's null block = {capacity} usable tokens); "
+            "raise gpu_memory_utilization or lower context_length"
         )

@@ -10,21 +10,30 @@ One step, FCFS:
    preempts itself, which ends the pass.
 2. ``_schedule_waiting``, only if nothing was preempted in this step: the waiting queue is
    admitted in order (preempted sequences sit at its front) while fewer than
-   ``max_num_sequences`` run, budget remains, and the whole sequence - prompt plus tokens
-   already output, which a resumed sequence recomputes - fits in the free blocks minus the
-   watermark. The head of the queue blocks the rest. Blocks are allocated for the scheduled
-   chunk only. Admission never looks at the planned output length.
+   ``max_num_sequences`` run and budget remains. Each sequence first looks up its longest cached
+   prefix (prefix caching: whole blocks, at most its length minus one token), then must fit as a
+   whole - prompt plus tokens already output, which a resumed sequence recomputes, less the hit
+   blocks, plus the hit blocks that are free now - in the free blocks minus the watermark. The
+   head of the queue blocks the rest. With LoRA, a sequence whose adapter would make more than
+   ``max_loras`` distinct adapters among the running ones is skipped for this step (it keeps its
+   place; later ones may still be admitted). Blocks are allocated for the scheduled chunk only,
+   and the chunk's full blocks enter the prefix cache at once. Admission never looks at the
+   planned output length.
 3. ``update_from_output``: a sequence whose computed tokens caught up with its length samples a
    token: the step that ends a prefill releases the first token, each later step one more. A
    sequence that has released its planned tokens finishes, like an end-of-sequence token, and
-   frees its blocks.
+   frees its blocks (cached ones stay findable until evicted).
 
 Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_cache_manager.py):
 
-- Synchronous scheduling: the next step is decided after the previous one's tokens are known
-  (vLLM's async scheduling overlaps the two; on a simulated GPU there is nothing to overlap).
-- No prefix caching, speculative decoding, LoRA, encoder inputs, priority policy or
-  ``long_prefill_token_threshold``: none change the FCFS, single-model timeline modelled here.
+- Async scheduling (``SchedulerParams.async_scheduling``, vLLM 0.33+'s default) is modelled by its
+  effect on admission only (the drivers admit arrivals up to the start of the previous step while
+  running sequences keep the pipeline full: :func:`admission_cutoff`). Not modelled: the CPU time
+  it hides (``step_overhead_s`` is the per-step cost as measured on such a server), the blocks of
+  a finished request returning to the pool one step late, and the wasted decode slot of a request
+  that stops on an end-of-sequence token. See docs/routing.md.
+- No speculative decoding, encoder inputs, priority policy, cache salts, KV connectors or
+  ``long_prefill_token_threshold``.
 - The whole-sequence admission check is vLLM's ``scheduler_reserve_full_isl`` (default on in
   recent releases; older V1 releases checked only the first chunk). As in vLLM, the watermark is
   applied only while some sequence is running, so a lone request is never kept out by it.
@@ -32,11 +41,15 @@ Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_c
   ``length``; a cache smaller than one full-context request is refused at construction.
 - An abort frees the sequence's blocks at once, even mid-step; the step in flight still costs
   what it was scheduled with (the GPU is already running it), but releases nothing to it.
+- LoRA: loading an adapter that is not among the ``max_cpu_loras`` most recently used ones adds
+  ``load_s`` to the step that first needs it (vLLM's worker loads it from disk before running
+  the batch); moving it into a GPU slot costs nothing.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -44,7 +57,7 @@ from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.kv_cache import KVCache
 from llmsim.engine.scheduler.params import SchedulerParams, check_context_fits, num_kv_blocks
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.types import StepStats
+from llmsim.types import EngineSnapshot, StepStats
 
 S = TypeVar("S", bound=Sequence)
 
@@ -69,6 +82,11 @@ class SchedulerOutput(Generic[S]):
     num_context_tokens: int = 0
     # KV blocks in use while the step runs (StepStats reports the end of the step, as vLLM's gauge).
     kv_used_blocks: int = 0
+    # Prefix cache lookups of the sequences admitted for the first time in this step, in tokens.
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    # LoRA adapters the step had to load (each costs LoraParams.load_s).
+    num_lora_loads: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -81,6 +99,19 @@ class StepResult(Generic[S]):
 
     released: list[S] = field(default_factory=list)
     finished: list[S] = field(default_factory=list)
+
+
+def admission_cutoff(params: SchedulerParams, step_start: float, previous_start: float, busy: bool) -> float:
+    """Latest arrival stamp that joins the step starting at ``step_start``.
+
+    Synchronous scheduling decides a step when it starts: everything that arrived by then joins.
+    With vLLM's async scheduling the engine core schedules step k+1 as soon as it has launched
+    step k (a batch queue of two), so while running sequences keep the pipeline full
+    (``busy``), step k+1 only sees what arrived by the start of step k: a request arriving during
+    a step waits one step more. An idle engine schedules at once (the first step after an idle
+    period sees its arrivals, as in vLLM, whose lookahead batch was empty).
+    """
+    return previous_start if params.async_scheduling and busy else step_start
 
 
 class Scheduler(Generic[S]):
@@ -96,8 +127,19 @@ class Scheduler(Generic[S]):
         num_blocks = num_kv_blocks(params)
         check_context_fits(params, num_blocks)
         self.params = params
-        self.kv = KVCache(num_blocks, params.block_size)
+        self.kv = KVCache(
+            num_blocks,
+            params.block_size,
+            enable_caching=params.enable_prefix_caching,
+            record_events=params.enable_kv_cache_events,
+        )
         self.cost = CostModel(params)
+        lora = params.lora
+        self._max_loras = lora.max_loras if lora is not None else 0
+        self._max_cpu_loras = lora.max_cpu_loras if lora is not None else 0
+        self._lora_load_s = lora.load_s if lora is not None else 0.0
+        # Adapters loaded on the simulated worker, least recently used first (vLLM's LRU adapter cache).
+        self.loaded_loras: OrderedDict[str, None] = OrderedDict()
         self.waiting: deque[S] = deque()
         # Admission order: the newest admitted is last, the first to be preempted.
         self.running: list[S] = []
@@ -150,6 +192,54 @@ class Scheduler(Generic[S]):
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def load_lora(self, name: str) -> None:
+        """Load adapter ``name`` on the worker now (vLLM's ``add_lora``: startup and runtime loads)."""
+        self._touch_lora(name)
+
+    def _touch_lora(self, name: str) -> bool:
+        """Mark ``name`` most recently used; True if it had to be loaded (evicting the least recent)."""
+        loaded = self.loaded_loras
+        if name in loaded:
+            loaded.move_to_end(name)
+            return False
+        loaded[name] = None
+        if len(loaded) > self._max_cpu_loras:
+            loaded.popitem(last=False)
+        return True
+
+    def cached_prefix_tokens(self, block_hashes: Iterable[bytes]) -> int:
+        """Leading tokens of a prompt with these full-block hashes that would hit now (0 with caching off).
+
+        For routers and planners; a request's own admission further caps its hit at its length
+        minus one token. Hashes come from :func:`~llmsim.engine.scheduler.block_hash.hash_blocks`.
+        """
+        return self.kv.count_cached_prefix(block_hashes) * self.kv.block_size
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (vLLM's ``reset_prefix_cache``); False while requests hold blocks."""
+        return self.kv.reset_prefix_cache()
+
+    def lora_adapters(self, inbox: list[S] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Adapters of the running and of the waiting sequences (``inbox``: not yet queued, counted as waiting)."""
+        running = tuple(dict.fromkeys(s.lora_name for s in self.running if s.lora_name is not None))
+        waiting = dict.fromkeys(s.lora_name for s in self.waiting if s.lora_name is not None)
+        if inbox:
+            waiting.update(dict.fromkeys(s.lora_name for s in inbox if s.lora_name is not None))
+        return running, tuple(waiting)
+
+    def snapshot(self, num_inbox: int = 0, inbox: list[S] | None = None) -> EngineSnapshot:
+        """Live figures (``num_inbox``: requests that arrived but are not yet in the waiting queue)."""
+        kv = self.kv
+        running, waiting = self.lora_adapters(inbox) if self._max_loras else ((), ())
+        return EngineSnapshot(
+            num_running=len(self.running),
+            num_waiting=num_inbox + len(self.waiting),
+            kv_used_blocks=kv.num_used,
+            kv_total_blocks=kv.num_usable_blocks,
+            running_lora_adapters=running,
+            waiting_lora_adapters=waiting,
+        )
+
     # -- one step -------------------------------------------------------------------------
 
     def schedule(self, now: float) -> SchedulerOutput[S]:
@@ -188,22 +278,48 @@ class Scheduler(Generic[S]):
         waiting = self.waiting
         running = self.running
         kv = self.kv
+        max_loras = self._max_loras
+        # Adapters of every running sequence, scheduled in this step or not (vLLM's scheduled_loras).
+        loras = {s.lora_name for s in running if s.lora_name is not None} if max_loras else set()
+        skipped: list[S] = []
+        caching = kv.enable_caching
+        bs = kv.block_size
         while waiting and budget > 0 and len(running) < self._max_num_sequences:
             seq = waiting[0]
-            total = seq.num_tokens
+            lora = seq.lora_name
+            if lora is not None and len(loras) >= max_loras and lora not in loras:
+                # Not head-of-line: set aside for this step, later requests may still run.
+                skipped.append(waiting.popleft())
+                continue
+            hits = kv.find_cached_prefix(seq)
             reserve = self.watermark_blocks if running else 0
-            if kv.blocks_for(total) + reserve > kv.num_free:
+            if kv.num_blocks_to_admit(seq, hits) + reserve > kv.num_free:
                 break
-            n = total if total < budget else budget
+            waiting.popleft()
+            kv.take_cached(seq, hits)
+            hit_tokens = len(hits) * bs
+            if seq.num_preemptions == 0:
+                # vLLM 0.34 records a lookup once, when the request is admitted; a resumed
+                # request's lookup goes to stats it does not export.
+                seq.num_cached_tokens = hit_tokens
+                if caching:
+                    out.prefix_cache_queries += seq.num_tokens
+                    out.prefix_cache_hits += hit_tokens
+            n = seq.num_tokens - hit_tokens
+            if n > budget:
+                n = budget
             allocated = kv.allocate_slots(seq, n)
             assert allocated, "the whole sequence fits, so its first chunk does"
-            waiting.popleft()
             running.append(seq)
+            if lora is not None:
+                loras.add(lora)
             seq.status = _RUNNING
             if seq.scheduled_time is None:
                 seq.scheduled_time = now
             self._take(out, seq, n)
             budget -= n
+        if skipped:
+            waiting.extendleft(reversed(skipped))
         return budget
 
     def _take(self, out: SchedulerOutput[S], seq: S, n: int) -> None:
@@ -220,6 +336,10 @@ class Scheduler(Generic[S]):
         seq.num_computed_tokens = computed
         out.num_context_tokens += computed
         out.scheduled.append(seq)
+        if seq.prompt_token_ids is not None:
+            # The KV this step writes is cached as it is scheduled (at most one new block per
+            # decode step, so this is a no-op on most calls).
+            self.kv.cache_blocks(seq, computed)
 
     def _preempt(self, seq: S) -> None:
         self.kv.free(seq)
@@ -230,6 +350,10 @@ class Scheduler(Generic[S]):
         self.waiting.appendleft(seq)
 
     def _make_output(self, out: SchedulerOutput[S], budget: int) -> SchedulerOutput[S]:
+        if self._max_loras:
+            for name in {s.lora_name for s in out.scheduled if s.lora_name is not None}:
+                if self._touch_lora(name):
+                    out.num_lora_loads += 1
         # Cheap invariants, every step: a simulator's cheapest bug detector.
         assert budget >= 0, "token budget overspent"
         assert out.num_tokens == self._max_batch_tokens - budget, "token accounting is off"
@@ -238,6 +362,13 @@ class Scheduler(Generic[S]):
         self.kv.check()
         out.kv_used_blocks = self.kv.num_used
         return out
+
+    def step_duration(self, out: SchedulerOutput[S]) -> float:
+        """Simulated seconds the step takes: the roofline of its batch, plus adapter loads."""
+        duration = self.cost.step_duration(out.num_tokens, out.num_context_tokens)
+        if out.num_lora_loads:
+            duration += out.num_lora_loads * self._lora_load_s
+        return duration
 
     def update_from_output(self, out: SchedulerOutput[S], now: float) -> StepResult[S]:
         """Advance the sequences of a step that ended at ``now``: release tokens, finish sequences."""
@@ -280,7 +411,10 @@ class Scheduler(Generic[S]):
             num_running=len(self.running),
             num_waiting=len(self.waiting),
             kv_used_blocks=self.kv.num_used,
-            kv_total_blocks=self.kv.num_blocks,
+            kv_total_blocks=self.kv.num_usable_blocks,
             num_preemptions=len(out.preempted),
             lag=lag,
+            prefix_cache_queries=out.prefix_cache_queries,
+            prefix_cache_hits=out.prefix_cache_hits,
+            kv_events=self.kv.take_events(),
         )

@@ -10,6 +10,11 @@ A step computes the next ``num_tokens - num_computed_tokens`` tokens (or a chunk
 it catches up, a new token is sampled and released, so ``num_tokens`` grows by one. The last
 released token's KV is only ever written by the following step, so a sequence never holds KV
 for more than ``P + max_output_tokens - 1`` tokens.
+
+With token ids (``prompt_token_ids``, and ``output_token_ids`` for the planned outputs) the
+sequence's full blocks get chained hashes (:mod:`.block_hash`), extended lazily as tokens are
+released: that is what the prefix cache looks up and stores. Without ids a sequence is content
+nobody else has: it neither hits nor stores.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks
 from llmsim.types import FinishReason, RequestId, RequestStats
 
 
@@ -61,11 +67,64 @@ class Sequence:
     finished_time: float | None = None
     # Release time of every output token, in order.
     token_times: list[float] = field(default_factory=list)
+    # Token ids of the prompt (len == prompt_tokens) and of the planned outputs; None: unknown.
+    prompt_token_ids: tuple[int, ...] | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    # LoRA adapter the sequence runs with (None: the base model), its engine id (vLLM's
+    # lora_int_id, 1, 2, ...; 0 for none) and the hash extra keys it puts on every block.
+    lora_name: str | None = None
+    lora_id: int = 0
+    extra_keys: ExtraKeys = None
+    # Hashes of the full blocks computed so far (see ensure_block_hashes).
+    block_hashes: list[bytes] = field(default_factory=list)
+    # Leading blocks of ``blocks`` that are in the prefix cache (hit or stored by this sequence).
+    num_cached_blocks: int = 0
+    # Prompt tokens found in the prefix cache at first admission (vLLM's num_cached_tokens).
+    num_cached_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 0 or self.max_output_tokens < 0:
             raise ValueError("prompt_tokens and max_output_tokens must be >= 0")
         self.num_prompt_tokens = max(1, self.prompt_tokens)
+        ids = self.prompt_token_ids
+        if ids is not None and len(ids) != self.num_prompt_tokens:
+            # An empty prompt still schedules one token (BOS) whose id is unknown: nothing to hash.
+            self.prompt_token_ids = None
+
+    @property
+    def hashable(self) -> bool:
+        """Whether the prefix cache can see this sequence (its prompt token ids are known)."""
+        return self.prompt_token_ids is not None
+
+    def ensure_block_hashes(self, num_tokens: int, block_size: int) -> list[bytes]:
+        """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
+
+        Computed once per block over the sequence's life: the prompt's when first asked (at
+        submission, or at the first lookup), an output block when its last token is released.
+        """
+        hashes = self.block_hashes
+        prompt = self.prompt_token_ids
+        if prompt is None:
+            return hashes
+        outputs = self.output_token_ids
+        known = len(prompt) + (len(outputs) if outputs is not None else 0)
+        num_full = min(num_tokens, known) // block_size
+        done = len(hashes)
+        if num_full > done:
+            ids = self.token_ids_between(done * block_size, num_full * block_size)
+            hashes += hash_blocks(ids, block_size, self.extra_keys, parent=hashes[-1] if hashes else None)
+        return hashes
+
+    def token_ids_between(self, start: int, end: int) -> tuple[int, ...]:
+        """Ids of tokens ``start`` to ``end`` (prompt then outputs); only for tokens whose ids are known."""
+        prompt = self.prompt_token_ids
+        assert prompt is not None
+        p = len(prompt)
+        if end <= p:
+            return prompt[start:end]
+        outputs = self.output_token_ids
+        assert outputs is not None
+        return prompt[start:] + outputs[: end - p] if start < p else outputs[start - p : end - p]
 
     @property
     def num_tokens(self) -> int:
@@ -101,4 +160,5 @@ class Sequence:
             finished=self.finished_time,
             num_preemptions=self.num_preemptions,
             token_times=self.token_times,
+            num_cached_tokens=self.num_cached_tokens,
         )

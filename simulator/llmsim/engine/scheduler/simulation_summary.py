@@ -55,6 +55,14 @@ class SimulationSummary:
     mean_batch_size: float
     kv_total_blocks: int
     kv_peak_used_blocks: int
+    # Prefix cache lookups in tokens, counted as vLLM does (see StepStats).
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Cached tokens / queried tokens (NaN without queries)."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else math.nan
 
     @property
     def output_tokens_per_s(self) -> float:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from llmsim.engine.base import EngineObserver
+from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary
 from llmsim.engine.scheduler.workload import WorkloadItem
@@ -41,6 +43,8 @@ class RequestResult:
     token_times: list[float]
     # Refused at arrival (max_waiting_requests): never queued; finish_reason is ABORT, no latencies.
     rejected: bool = False
+    # Prompt tokens found in the prefix cache at admission.
+    num_cached_tokens: int = 0
 
     @property
     def itl(self) -> list[float]:
@@ -55,9 +59,13 @@ class SimulationResult:
 
     requests: list[RequestResult]
     steps: list[StepStats]
+    # Blocks requests can use: all but vLLM's null block (the denominator of KV usage).
     kv_total_blocks: int
     # Most KV blocks in use during any step (StepStats shows the end of each step).
     kv_peak_used_blocks: int = 0
+    # The prefix cache at the end: each cached block hash and how many blocks hold it (what a
+    # subscriber to the KV-cache events rebuilds).
+    cached_blocks: dict[bytes, int] = field(default_factory=dict)
 
     def ttfts(self) -> list[float]:
         return [r.ttft for r in self.requests if r.ttft is not None]
@@ -79,6 +87,8 @@ class SimulationResult:
         rejected = sum(r.rejected for r in reqs)
         aborted = sum(r.finish_reason is FinishReason.ABORT for r in reqs) - rejected
         return SimulationSummary(
+            prefix_cache_queries=sum(s.prefix_cache_queries for s in steps),
+            prefix_cache_hits=sum(s.prefix_cache_hits for s in steps),
             num_requests=len(reqs),
             num_finished=len(reqs) - aborted - rejected,
             num_aborted=aborted,
@@ -97,7 +107,52 @@ class SimulationResult:
         )
 
 
-def simulate(params: SchedulerParams, workload: Iterable[WorkloadItem], *, audit: bool = False) -> SimulationResult:
+def _sequences(params: SchedulerParams, items: list[WorkloadItem], sched: Scheduler[Sequence]) -> list[Sequence]:
+    """One sequence per item, with what the driver gives its streams: LoRA keys, prompt block hashes."""
+    loras: dict[str, tuple[int, ExtraKeys]] = {}
+    if params.lora is not None:
+        for i, (name, path) in enumerate(params.lora.adapters, start=1):
+            loras[name] = (i, lora_extra_keys(name, path))
+            sched.load_lora(name)
+    hashed: dict[tuple[tuple[int, ...], str | None], list[bytes]] = {}
+    seqs = []
+    for i, it in enumerate(items):
+        lora_id, keys = 0, None
+        if it.lora_name is not None:
+            if it.lora_name not in loras:
+                raise ValueError(f"request {i}: unknown LoRA adapter '{it.lora_name}'")
+            lora_id, keys = loras[it.lora_name]
+        seq = Sequence(
+            RequestId(str(i)),
+            it.arrival,
+            it.prompt_tokens,
+            it.output_tokens,
+            prompt_token_ids=it.prompt_token_ids,
+            output_token_ids=it.output_token_ids,
+            lora_name=it.lora_name,
+            lora_id=lora_id,
+            extra_keys=keys,
+        )
+        seq.limit_to_context(params.context_length)
+        ids = seq.prompt_token_ids
+        if params.enable_prefix_caching and ids is not None:
+            # As the driver does at submission; equal prompts (a shared system prompt repeated
+            # verbatim, say) are hashed once here, which changes no result.
+            key = (ids, it.lora_name)
+            if key not in hashed:
+                hashed[key] = hash_blocks(ids, params.block_size, keys)
+            seq.block_hashes = list(hashed[key])
+        seqs.append(seq)
+    return seqs
+
+
+def simulate(
+    params: SchedulerParams,
+    workload: Iterable[WorkloadItem],
+    *,
+    audit: bool = False,
+    observer: EngineObserver | None = None,
+) -> SimulationResult:
     """Run ``workload`` through the scheduler in virtual time.
 
     Parameters
@@ -106,22 +161,23 @@ def simulate(params: SchedulerParams, workload: Iterable[WorkloadItem], *, audit
         The engine's numbers, as the server would use them.
     workload:
         Requests in any order; ties in arrival keep workload order. ``abort_at`` earlier than
-        the arrival counts as an abort at arrival.
+        the arrival counts as an abort at arrival. Items with token ids share cached prefixes.
     audit:
-        Check after every step that the running sequences' blocks and the free list partition
-        the cache exactly (O(blocks) per step: for tests).
+        Check after every step that reference counts, the free queue and the prefix cache agree
+        exactly with the running sequences (O(blocks) per step: for tests).
+    observer:
+        Receives every step's stats as the step ends (KV-cache events included), as the live
+        engine's observer does.
     """
     items = list(workload)
     n = len(items)
     sched: Scheduler[Sequence] = Scheduler(params)
-    seqs = [Sequence(RequestId(str(i)), it.arrival, it.prompt_tokens, it.output_tokens) for i, it in enumerate(items)]
-    for seq in seqs:
-        seq.limit_to_context(params.context_length)
+    seqs = _sequences(params, items, sched)
     order = sorted(range(n), key=lambda i: (items[i].arrival, i))
     aborts = sorted((max(it.abort_at, it.arrival), i) for i, it in enumerate(items) if it.abort_at is not None)
     added = bytearray(n)
     steps: list[StepStats] = []
-    step_duration = sched.cost.step_duration
+    step_duration = sched.step_duration
     peak = 0
 
     def abort(i: int, when: float) -> None:
@@ -135,6 +191,7 @@ def simulate(params: SchedulerParams, workload: Iterable[WorkloadItem], *, audit
             seq.finished_time = when
 
     t = -math.inf
+    previous = -math.inf
     nxt = 0
     na = 0
     while True:
@@ -142,31 +199,44 @@ def simulate(params: SchedulerParams, workload: Iterable[WorkloadItem], *, audit
             if nxt == n:
                 break
             t = max(t, items[order[nxt]].arrival)
-        while nxt < n and items[order[nxt]].arrival <= t:
+        # Clients gone by the step start never reach the scheduler (as a client that hangs up
+        # before its admission is decided, in the live engine): aborts first, then admissions.
+        while na < len(aborts) and aborts[na][0] <= t:
+            abort(aborts[na][1], aborts[na][0])
+            na += 1
+        cutoff = admission_cutoff(params, t, previous, bool(sched.running))
+        while nxt < n and items[order[nxt]].arrival <= cutoff:
             i = order[nxt]
             nxt += 1
             if not seqs[i].is_finished and sched.add_requests([seqs[i]], t):
                 added[i] = 1
-        while na < len(aborts) and aborts[na][0] <= t:
-            abort(aborts[na][1], aborts[na][0])
-            na += 1
         if not sched.has_work():
             continue
         out = sched.schedule(t)
         peak = max(peak, out.kv_used_blocks)
-        duration = step_duration(out.num_tokens, out.num_context_tokens)
+        duration = step_duration(out)
         deadline = t + duration
         # Clients leaving while the step runs: blocks freed at once, no token at the deadline.
         while na < len(aborts) and aborts[na][0] < deadline:
             abort(aborts[na][1], aborts[na][0])
             na += 1
         sched.update_from_output(out, deadline)
-        steps.append(sched.step_stats(out, t, duration))
+        stats = sched.step_stats(out, t, duration)
+        steps.append(stats)
+        if observer is not None:
+            observer.on_step(stats)
         if audit:
             sched.kv.audit(sched.running)
+        previous = t
         t = deadline
     # Aborts after everything ended change nothing.
-    return SimulationResult([_result(i, seq) for i, seq in enumerate(seqs)], steps, sched.kv.num_blocks, peak)
+    return SimulationResult(
+        [_result(i, seq) for i, seq in enumerate(seqs)],
+        steps,
+        sched.kv.num_usable_blocks,
+        peak,
+        sched.kv.cached_hashes(),
+    )
 
 
 def _result(index: int, seq: Sequence) -> RequestResult:
@@ -183,4 +253,5 @@ def _result(index: int, seq: Sequence) -> RequestResult:
         num_preemptions=stats.num_preemptions,
         token_times=stats.token_times,
         rejected=seq.status is SequenceStatus.REJECTED,
+        num_cached_tokens=stats.num_cached_tokens,
     )

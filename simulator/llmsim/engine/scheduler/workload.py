@@ -16,6 +16,12 @@ class WorkloadItem:
     output_tokens: int
     # When the client goes away (seconds on the same timeline); None: it reads to the end.
     abort_at: float | None = None
+    # Token ids of the prompt (len == prompt_tokens) and of the outputs; None: content shared
+    # with no other request (it neither hits nor is hit in the prefix cache).
+    prompt_token_ids: tuple[int, ...] | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    # LoRA adapter (one of the params' adapters), None: the base model.
+    lora_name: str | None = None
 
 
 def poisson_arrivals(rate: float, duration: float, seed: int = 0) -> list[float]:

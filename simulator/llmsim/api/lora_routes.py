@@ -1,0 +1,111 @@
+"""vLLM's runtime LoRA endpoints: ``POST /v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter``.
+
+Served only when ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` is ``1`` or ``true`` (vLLM's switch; runtime.py
+adds the routes), with vLLM 0.34's request bodies, plain-text success answers and error texts
+(``vllm/entrypoints/openai/models/serving.py``).
+
+NOTE: vLLM attaches a runtime-loaded adapter to its first base model; llmsim to the first model
+with a ``lora`` section (LoRA enabled). vLLM reads the adapter's files and answers 404 when they
+are missing; llmsim has no files to read, so any path loads (the path still enters the block hash).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from llmsim.api.errors import APIError, from_validation_error
+from llmsim.api.served import ServedModel
+from llmsim.api.state import ApiState
+
+__all__ = ["ENV_SWITCH", "lora_routes", "runtime_lora_updating"]
+
+#: vLLM's environment switch for the two routes.
+ENV_SWITCH = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def runtime_lora_updating() -> bool:
+    """Whether the switch is on (``1`` or ``true``, any case), as vLLM reads it."""
+    return os.environ.get(ENV_SWITCH, "0").strip().lower() in ("1", "true")
+
+
+class LoadLoRAAdapterRequest(BaseModel):
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+
+class UnloadLoRAAdapterRequest(BaseModel):
+    lora_name: str
+    lora_int_id: int | None = None
+
+
+def _invalid(message: str) -> APIError:
+    # vLLM's create_error_response(..., err_type="InvalidUserInput", status_code=400).
+    return APIError(400, message, err_type="InvalidUserInput")
+
+
+async def _body(request: Request, model: type[BaseModel]) -> BaseModel:
+    # vLLM's validate_json_request: only application/json bodies.
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise APIError(400, "Unsupported Media Type: Only 'application/json' is allowed")
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def _lora_model(state: ApiState) -> ServedModel:
+    for served in state.models.values():
+        if served.lora_enabled:
+            return served
+    raise _invalid("LoRA is not enabled for any served model (no model has a lora section).")
+
+
+def lora_routes(state: ApiState) -> list[Route]:
+    """The two routes, over ``state`` (its adapter index is what requests resolve ``model`` against)."""
+
+    async def load(request: Request) -> Response:
+        body = await _body(request, LoadLoRAAdapterRequest)
+        assert isinstance(body, LoadLoRAAdapterRequest)
+        name, path = body.lora_name, body.lora_path
+        if not name or not path:
+            raise _invalid("Both 'lora_name' and 'lora_path' must be provided.")
+        if name in state.models:
+            raise _invalid(f"The lora adapter '{name}' conflicts with a served base model.")
+        base = state.lora_adapters.get(name)
+        if base is not None and not body.load_inplace:
+            raise _invalid(
+                f"The lora adapter '{name}' has already been loaded. "
+                "If you want to load the adapter in place, set 'load_inplace' to True."
+            )
+        served = state.models[base] if base is not None else _lora_model(state)
+        served.engine.add_lora(name, path)
+        served.lora_adapters[name] = path
+        state.lora_adapters[name] = served.name
+        return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
+
+    async def unload(request: Request) -> Response:
+        body = await _body(request, UnloadLoRAAdapterRequest)
+        assert isinstance(body, UnloadLoRAAdapterRequest)
+        name = body.lora_name
+        if not name:
+            raise _invalid("'lora_name' needs to be provided to unload a LoRA adapter.")
+        base = state.lora_adapters.pop(name, None)
+        if base is None:
+            raise APIError(404, f"The lora adapter '{name}' cannot be found.", err_type="NotFoundError")
+        served = state.models[base]
+        del served.lora_adapters[name]
+        served.engine.remove_lora(name)
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
+
+    return [
+        Route("/v1/load_lora_adapter", load, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+    ]
