@@ -59,6 +59,7 @@ def test_a_trace_through_a_fleet(files: tuple[Path, Path], tmp_path: Path, capsy
     alone = roofline(16, 16)
     assert s["replicas"][1]["ttft"]["p50"] == pytest.approx(alone, rel=1e-12)
     assert s["replicas"][0]["ttft"]["p50"] == pytest.approx(roofline(32, 32), rel=1e-12)
+    # Every prompt looked up (prefix caching is on by default), none shares a block with another.
     assert s["prefix_hit_rate"] == 0.0
     assert body["fleet"]["router"] == {
         "policy": "round-robin",
@@ -93,7 +94,7 @@ def test_compare_prints_one_row_per_router(
     table = capsys.readouterr().out
     assert "round-robin" in table
     assert "weighted" in table
-    assert "note: replicas simulate no prefix cache yet" in table
+    assert "prefix hit" in table
     assert [c["router"] for c in body["compare"]] == ["round-robin", "weighted"]
     assert body["compare"][0]["summary"]["num_requests"] == body["compare"][1]["summary"]["num_requests"]
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +17,11 @@ from llmsim.fleet import (
     Prompt,
     ReplicaGroup,
     RouterSpec,
+    Segment,
+    WorkloadShape,
     closed_loop,
     from_items,
+    generate,
     plan_fleet,
     simulate_fleet,
 )
@@ -25,7 +32,14 @@ from .builders import fleet_of, request, workload
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
+def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], FleetWorkload]:
+    """Small configs (prefix caching and async scheduling on or off) and prompts that share prefixes.
+
+    A prompt is a shared "system" segment (one of three), a segment of its own, and sometimes the
+    prompt and answer of an earlier request (the next turn of a conversation). The same requests go
+    to ``simulate()`` as token ids (with output ids for quoted answers) and to the fleet as
+    segments, or as those token ids through ``from_items``.
+    """
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     num_blocks = draw(st.integers(2, 24))
     context = draw(st.integers(1, num_blocks * block_size))
@@ -37,25 +51,55 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
         max_num_sequences=draw(st.integers(1, 6)),
         watermark=draw(st.sampled_from([0.0, 0.1, 0.3])),
         max_waiting_requests=draw(st.none() | st.integers(1, 4)),
+        enable_prefix_caching=draw(st.booleans()),
+        async_scheduling=draw(st.booleans()),
     )
-    items = []
-    for _ in range(draw(st.integers(0, 14))):
-        prompt = draw(st.integers(0, context))
-        output = draw(st.integers(0, context - max(prompt, 1)))
+    system = [draw(st.integers(0, context)) for _ in range(3)]
+    items: list[WorkloadItem] = []
+    requests: list[FleetRequest] = []
+    for i in range(draw(st.integers(0, 14))):
+        segments: list[Segment] = []
+        quoted = draw(st.none() | st.integers(0, max(0, i - 1))) if i else None
+        if quoted is not None and requests[quoted].answer is not None:
+            answer = requests[quoted].answer
+            assert answer is not None
+            segments += [*requests[quoted].prompt.segments, answer]
+        else:
+            group = draw(st.integers(0, 2))
+            segments.append(Segment(f"system:{group}", system[group]))
+        used = sum(seg.length for seg in segments)
+        if used > context:
+            segments = [Segment(f"system:{i % 3}", min(system[i % 3], context))]
+            used = segments[0].length
+        segments.append(Segment(f"own:{i}", draw(st.integers(0, context - used))))
+        prompt = Prompt(tuple(segments))
+        output = draw(st.integers(0, context - max(prompt.num_tokens, 1)))
+        answer = Segment(f"answer:{i}", output) if draw(st.booleans()) else None
         arrival = draw(st.integers(0, 500)) / 1000
         abort_at = draw(st.none() | st.integers(0, 800).map(lambda ms: ms / 1000))
-        items.append(WorkloadItem(arrival, prompt, output, abort_at))
-    return params, items
+        requests.append(FleetRequest(prompt, output, arrival, None, abort_at, answer=answer))
+        items.append(
+            WorkloadItem(
+                arrival,
+                prompt.num_tokens,
+                output,
+                abort_at,
+                prompt_token_ids=tuple(prompt.token_ids()),
+                output_token_ids=tuple(answer.token_ids()) if answer is not None else None,
+            )
+        )
+    as_ids = draw(st.booleans())
+    return params, items, from_items(items) if as_ids else FleetWorkload(tuple(requests))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(["round-robin", "least-requests", "weighted"]), st.sampled_from([0.0, 0.05]))
 def test_a_one_replica_fleet_is_simulate_token_for_token(
-    scenario: tuple[SchedulerParams, list[WorkloadItem]], policy: str, scrape: float
+    scenario: tuple[SchedulerParams, list[WorkloadItem], FleetWorkload], policy: str, scrape: float
 ) -> None:
-    params, items = scenario
+    params, items, fleet_workload = scenario
     expected = simulate(params, items)
-    result = simulate_fleet(fleet_of(params, 1, policy, scrape=scrape), from_items(items), keep_token_times=True)  # type: ignore[arg-type]
+    result = simulate_fleet(fleet_of(params, 1, policy, scrape=scrape), fleet_workload, keep_token_times=True)  # type: ignore[arg-type]
     assert len(result.requests) == len(expected.requests)
     for got, want in zip(result.requests, expected.requests, strict=True):
         assert got.token_times == tuple(want.token_times)
@@ -65,11 +109,14 @@ def test_a_one_replica_fleet_is_simulate_token_for_token(
             want.num_preemptions,
         )
         assert (got.ttft, got.e2e, got.queue_time) == (want.ttft, want.e2e, want.queue_time)
+        assert got.prefix_hit_tokens == want.num_cached_tokens
     want_summary = expected.summary()
     got_summary = result.summary()
     assert got_summary.latencies.itl == want_summary.itl
     assert got_summary.latencies.ttft == want_summary.ttft
     assert got_summary.num_preemptions == want_summary.num_preemptions
+    assert sum(r.prefix_query_tokens for r in result.requests) == want_summary.prefix_cache_queries
+    assert sum(r.prefix_hit_tokens for r in result.requests) == want_summary.prefix_cache_hits
     assert result.replicas[0].num_steps == want_summary.num_steps
     assert result.replicas[0].kv_peak_used_blocks == want_summary.kv_peak_used_blocks
 
@@ -185,3 +232,29 @@ def test_heterogeneous_groups_run_their_own_parameters() -> None:
     # Memory-bound step: half the bandwidth, twice the time.
     assert slower.ttft == 2 * roofline(16, 16)
     assert [r.name for r in plan.summary.replicas] == ["fast/0", "slow/0"]
+
+
+def test_a_conversation_s_next_turn_hits_the_blocks_its_answer_filled() -> None:
+    # Turn 1: a 100-token prompt and 20 output tokens. Its KV covers the prompt and the first 19
+    # outputs (the last output's KV is never computed): 119 tokens, 7 full blocks of 16 cached.
+    # Turn 2 resends prompt + answer (120 tokens) and a 100-token message: 220 tokens, of which
+    # the 7 blocks = 112 tokens hit.
+    shape = WorkloadShape(1.0, 1.0, 100, 20, arrivals="constant", turns=2, think_time=0.5)
+    plan = plan_fleet(fleet_of(seed_params(), 1), generate(shape), keep_token_times=True)
+    first, second = plan.result.requests
+    assert (first.prefix_hit_tokens, first.prefix_query_tokens) == (0, 100)
+    assert (second.prefix_hit_tokens, second.prefix_query_tokens) == (112, 220)
+    assert plan.summary.prefix_hit_rate == 112 / 320
+    # Alone on the replica, turn 2 computes its last 108 tokens over a 220-token context.
+    assert second.ttft == pytest.approx(roofline(108, 220), rel=1e-12)
+    # The same two prompts, but turn 1 not told what its answer is: only its prompt's 6 blocks hit.
+    unnamed = FleetWorkload((replace(generate(shape).requests[0], answer=None), generate(shape).requests[1]))
+    _, blind = plan_fleet(fleet_of(seed_params(), 1), unnamed).result.requests
+    assert blind.prefix_hit_tokens == 96
+
+
+def test_without_prefix_caching_a_fleet_reports_no_hit_rate() -> None:
+    shape = WorkloadShape(1.0, 1.0, 100, 20, arrivals="constant", turns=2, system_prompt_tokens=64)
+    plan = plan_fleet(fleet_of(seed_params(enable_prefix_caching=False), 1), generate(shape))
+    assert [r.prefix_query_tokens for r in plan.result.requests] == [0, 0]
+    assert math.isnan(plan.summary.prefix_hit_rate)

@@ -30,7 +30,10 @@ class RequestOutcome:
     num_preemptions: int
     # (last - first token) / (tokens - 1); None below 2 tokens.
     tpot: float | None
+    # Prompt tokens found in the prefix cache at its first admission, and looked up then (its
+    # prompt, if it was admitted on a replica that caches; vLLM's hits and queries).
     prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
     # Refused at admission (the replica's waiting queue was full).
     rejected: bool = False
     adapter: str | None = None
@@ -113,9 +116,9 @@ def _latencies(outcomes: list[RequestOutcome], gaps: Counter[float]) -> Latencie
 
 
 def _hit_rate(outcomes: list[RequestOutcome]) -> float:
-    admitted = [r for r in outcomes if not r.rejected]
-    prompt = sum(r.prompt_tokens for r in admitted)
-    return sum(r.prefix_hit_tokens for r in admitted) / prompt if prompt else 0.0
+    """Cached over looked-up prompt tokens, as vLLM's hits / queries counters (NaN without lookups)."""
+    queries = sum(r.prefix_query_tokens for r in outcomes)
+    return sum(r.prefix_hit_tokens for r in outcomes) / queries if queries else math.nan
 
 
 def _replica_summary(report: ReplicaReport, outcomes: list[RequestOutcome], duration: float) -> ReplicaSummary:

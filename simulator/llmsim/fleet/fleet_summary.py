@@ -86,8 +86,8 @@ class ReplicaSummary:
     num_preemptions: int
     kv_total_blocks: int
     kv_peak_used_blocks: int
-    # Prompt tokens served from the prefix cache over prompt tokens admitted (0 until the
-    # scheduler has a prefix cache).
+    # Prompt tokens served from the prefix cache over prompt tokens looked up (vLLM's hits over
+    # queries); NaN where nothing was looked up (prefix caching off).
     prefix_hit_rate: float
 
 

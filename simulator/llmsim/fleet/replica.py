@@ -17,13 +17,16 @@ and before a routing decision.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.fleet.prompt import Prompt
+from llmsim.fleet.prompt import BlockHasher, Prompt
+from llmsim.fleet.workload import FleetRequest
+from llmsim.types import RequestId
 
 
 class Replica:
@@ -39,9 +42,13 @@ class Replica:
         Seconds between two scrapes of its metrics; 0 for a router that sees live state.
     scrape_phase:
         Time of its first scrape, in ``[0, scrape_interval)``.
+    hasher:
+        Block identities of prompts for the replica's block size (shared by the replicas of that
+        size); None when the replica does not cache prefixes.
     """
 
     __slots__ = (
+        "_hasher",
         "_interval",
         "_next_scrape",
         "_step_duration",
@@ -66,11 +73,25 @@ class Replica:
     )
 
     def __init__(
-        self, index: int, name: str, params: SchedulerParams, scrape_interval: float, scrape_phase: float
+        self,
+        index: int,
+        name: str,
+        params: SchedulerParams,
+        scrape_interval: float,
+        scrape_phase: float,
+        hasher: BlockHasher | None = None,
     ) -> None:
         self.index = index
         self.name = name
+        if params.enable_kv_cache_events:
+            # Nobody subscribes in a plan: recording would only grow a list.
+            params = dataclasses.replace(params, enable_kv_cache_events=False)
         self.scheduler: Scheduler[Sequence] = Scheduler(params)
+        if hasher is not None and hasher.block_size != params.block_size:
+            raise ValueError(
+                f"replica {name}: block hasher for {hasher.block_size}-token blocks, not {params.block_size}"
+            )
+        self._hasher = hasher if params.enable_prefix_caching else None
         self.block_size = params.block_size
         self._step_duration = self.scheduler.step_duration
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
@@ -114,30 +135,50 @@ class Replica:
                 self._next_scrape += self._interval
 
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
-        """Tokens at the start of ``prompt`` this replica's prefix cache holds right now.
+        """Tokens at the start of ``prompt`` this replica's prefix cache holds right now (whole blocks).
 
-        NOTE: always 0 today: the scheduler simulates no prefix cache yet (branch ``routing``
-        adds it). Once it lands, answer from the scheduler's block pool here (the longest run
-        of ``prompt.token_ids()``'s full blocks it holds); the prefix-affinity router and the
-        weighted router's prefix scorer read it only through this method.
+        What the prefix-affinity router and the weighted router's prefix scorer read: the
+        replica's own cache, as a precise prefix-cache scorer fed by KV events sees it.
         """
-        del prompt
-        return 0
+        hasher = self._hasher
+        if hasher is None:
+            return 0
+        return self.scheduler.cached_prefix_tokens(hasher.of(prompt.segments))
 
     def prefix_hit_tokens(self, seq: Sequence) -> int:
-        """Prompt tokens of ``seq`` that were served from the prefix cache (the hit-rate numerator).
+        """Prompt tokens of ``seq`` served from the prefix cache at its first admission (vLLM's
+        ``num_cached_tokens``: the hit-rate numerator)."""
+        return seq.num_cached_tokens
 
-        NOTE: 0 until the scheduler has a prefix cache (branch ``routing``): then report the
-        sequence's cached-token count from its first admission (vLLM's ``num_cached_tokens``).
+    def prefix_query_tokens(self, seq: Sequence) -> int:
+        """Prompt tokens ``seq`` looked up in the prefix cache (the hit-rate denominator): its prompt
+        when it was admitted on a replica that caches, else 0, as vLLM counts queries."""
+        if self._hasher is None or seq.scheduled_time is None:
+            return 0
+        return seq.num_prompt_tokens
+
+    def sequence(self, index: int, request: FleetRequest, arrival: float) -> Sequence:
+        """The scheduler's view of request ``index`` sent here at ``arrival``.
+
+        With prefix caching its blocks get their identities (prompt, then the answer a later
+        prompt quotes), so it hits what other requests cached and caches what it computes.
         """
-        del seq
-        return 0
+        hashes: list[bytes] = []
+        hasher = self._hasher
+        if hasher is not None and request.prompt_tokens > 0:
+            segments = request.prompt.segments
+            if request.answer is not None:
+                segments = (*segments, request.answer)
+            hashes = list(hasher.of(segments))
+        return Sequence(
+            RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens, block_hashes=hashes
+        )
 
     def _scrape(self) -> None:
         sched = self.scheduler
         self.num_running = len(sched.running)
         self.num_waiting = len(sched.waiting) + len(self.inbox)
-        self.kv_usage = sched.kv.num_used / sched.kv.num_blocks
+        self.kv_usage = sched.kv.usage
 
     def _before_change(self, now: float) -> None:
         """Settle the scrapes strictly before ``now``, which saw the state this event is about to change."""

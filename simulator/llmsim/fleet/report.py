@@ -11,13 +11,6 @@ from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
 from llmsim.fleet.planner import FleetPlan, RateSweep, ReplicaSearch, Slo
 from llmsim.fleet.spec import FleetSpec
 
-#: Printed with any prefix-aware router until the scheduler simulates a prefix cache.
-PREFIX_CACHE_NOTE = (
-    "note: replicas simulate no prefix cache yet, so every prefix score and hit rate is 0: prefix-affinity"
-    " routes by load alone and weighted by queue and KV alone"
-)
-PREFIX_AWARE = ("prefix-affinity", "weighted")
-
 
 def _ms(x: float) -> str:
     return "-" if math.isnan(x) else f"{x * 1000:,.1f}"
@@ -25,6 +18,11 @@ def _ms(x: float) -> str:
 
 def _pct(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.0%}"
+
+
+def _hit(x: float) -> str:
+    """A prefix-cache hit rate; "-" where nothing was looked up (caching off)."""
+    return "-" if math.isnan(x) else f"{x:.1%}"
 
 
 def describe_fleet(fleet: FleetSpec) -> str:
@@ -53,7 +51,7 @@ def _row(
     return (
         f"{label:<16}{requests:>9,}{_ms(lat.ttft.p50):>10}{_ms(lat.ttft.p99):>9}{_ms(lat.itl.p50):>9}"
         f"{_ms(lat.itl.p99):>8}{_ms(lat.tpot.p50):>10}{_ms(lat.e2e.p99):>10}{_ms(lat.queue_time.p99):>10}"
-        f"{tok_s:>11,.0f}{busy:>6}{batch:>7}{preempt:>9,}{kv:>9}{hit:>11.1%}"
+        f"{tok_s:>11,.0f}{busy:>6}{batch:>7}{preempt:>9,}{kv:>9}{_hit(hit):>11}"
     )
 
 
@@ -104,8 +102,6 @@ def format_plan(plan: FleetPlan, wall: float) -> str:
         f"balance     load imbalance {s.load_imbalance:.2f} (max / mean requests per replica)",
         f"speed-up    {s.duration:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(s.duration, wall):,.0f}x real time",
     ]
-    if plan.fleet.router.policy in PREFIX_AWARE:
-        lines.append(PREFIX_CACHE_NOTE)
     return "\n".join(lines)
 
 
@@ -127,14 +123,12 @@ def format_comparison(plans: list[FleetPlan], wall: float) -> str:
             f"{plan.fleet.router.policy:<17}{_ms(lat.ttft.p50):>10}{_ms(lat.ttft.p99):>9}{_ms(lat.itl.p50):>9}"
             f"{_ms(lat.itl.p99):>8}{_ms(lat.tpot.p50):>10}{_ms(lat.e2e.p99):>10}{_ms(lat.queue_time.p99):>10}"
             f"{s.output_tokens_per_s:>11,.0f}{s.load_imbalance:>10.2f}{s.num_preemptions:>9,}{s.num_rejected:>9,}"
-            f"{s.prefix_hit_rate:>11.1%}"
+            f"{_hit(s.prefix_hit_rate):>11}"
         )
     simulated = math.fsum(p.summary.duration for p in plans)
     lines.append(
         f"speed-up    {simulated:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(simulated, wall):,.0f}x real time"
     )
-    if any(p.fleet.router.policy in PREFIX_AWARE for p in plans):
-        lines.append(PREFIX_CACHE_NOTE)
     return "\n".join(lines)
 
 

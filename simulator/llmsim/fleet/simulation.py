@@ -25,22 +25,14 @@ from operator import sub
 
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
+from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.router import build_router
 from llmsim.fleet.spec import FleetSpec
-from llmsim.fleet.workload import FleetRequest, FleetWorkload
-from llmsim.types import FinishReason, RequestId
+from llmsim.fleet.workload import FleetWorkload
+from llmsim.types import FinishReason
 
 _INF = math.inf
-
-
-def make_sequence(index: int, request: FleetRequest, arrival: float) -> Sequence:
-    """The scheduler's view of request ``index`` sent at ``arrival``.
-
-    NOTE: the one place a fleet request becomes a scheduler sequence: when the scheduler gains a
-    prefix cache, hand it ``request.prompt.token_ids()`` here.
-    """
-    return Sequence(RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens)
 
 
 def check_fits(fleet: FleetSpec, workload: FleetWorkload) -> None:
@@ -70,13 +62,19 @@ class FleetSimulation:
         size = fleet.num_replicas
         self.replicas: list[Replica] = []
         self.groups: list[tuple[str, str]] = []
+        # One memo of prompts' block identities per block size, shared by the replicas of that size.
+        hashers: dict[int, BlockHasher] = {}
         for group in fleet.groups:
+            params = group.params
+            hasher = None
+            if params.enable_prefix_caching:
+                hasher = hashers.setdefault(params.block_size, BlockHasher(params.block_size))
             for k in range(group.count):
                 # One collector per pod, each on its own ticker: replica i is first scraped at
                 # i/N of an interval, so the fleet's view is never refreshed all at once.
                 index = len(self.replicas)
                 phase = interval * index / size
-                self.replicas.append(Replica(index, f"{group.name}/{k}", group.params, interval, phase))
+                self.replicas.append(Replica(index, f"{group.name}/{k}", params, interval, phase, hasher))
                 self.groups.append((group.name, group.model))
         self.router = build_router(fleet.router, self.replicas, rng)
         requests = workload.requests
@@ -165,14 +163,14 @@ class FleetSimulation:
 
     def _send(self, i: int, now: float) -> None:
         request = self.workload.requests[i]
-        seq = make_sequence(i, request, now)
-        self.seqs[i] = seq
         self.in_flight += 1
         router = self.router
         if router.reads_state:
             for replica in self.replicas:
                 replica.observe(now)
         replica = self.replicas[router.pick(request.prompt)]
+        seq = replica.sequence(i, request, now)
+        self.seqs[i] = seq
         self.replica_of[i] = replica.index
         replica.route(seq, now)
         if not replica.busy and not replica.starting:
@@ -229,7 +227,8 @@ class FleetSimulation:
             queue_time=stats.queue_time,
             num_preemptions=seq.num_preemptions,
             tpot=(times[-1] - times[0]) / (n - 1) if n > 1 else None,
-            prefix_hit_tokens=0 if rejected else replica.prefix_hit_tokens(seq),
+            prefix_hit_tokens=replica.prefix_hit_tokens(seq),
+            prefix_query_tokens=replica.prefix_query_tokens(seq),
             rejected=rejected,
             adapter=request.adapter,
             token_times=tuple(times) if self.keep_token_times else (),
@@ -269,7 +268,7 @@ class FleetSimulation:
                 busy_time=rep.busy_time,
                 batch_total=rep.batch_total,
                 num_preemptions=rep.num_preemptions,
-                kv_total_blocks=rep.scheduler.kv.num_blocks,
+                kv_total_blocks=rep.scheduler.kv.num_usable_blocks,
                 kv_peak_used_blocks=rep.kv_peak_blocks,
                 itl_gaps=rep.itl_gaps,
             )

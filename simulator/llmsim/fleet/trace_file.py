@@ -9,8 +9,8 @@ three ways:
   ``prefix_tokens`` tokens, the same text for every request of the group, then a suffix of its
   own. ``prefix_tokens`` is given at least on the group's first request.
 
-Optional: ``adapter`` (a LoRA adapter name, carried to the results: the scheduler does not model
-LoRA) and ``abort_at`` (when the client goes away). Example::
+Optional: ``adapter`` (a LoRA adapter name, carried to the results: fleets run every request on
+its replica's base model) and ``abort_at`` (when the client goes away). Example::
 
     {"arrival": 0.00, "prefix_group": "support-bot", "prefix_tokens": 1200, "suffix_tokens": 80, "output_tokens": 150}
     {"arrival": 0.02, "prompt_tokens": 900, "output_tokens": 40, "adapter": "sql-lora"}

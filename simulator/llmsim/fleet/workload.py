@@ -37,9 +37,13 @@ class FleetRequest:
     follows: int | None = None
     # When the client goes away (absolute seconds); only for requests with an absolute arrival.
     abort_at: float | None = None
-    # LoRA adapter named by the request: carried to the results, not simulated (the scheduler
-    # models one set of weights).
+    # LoRA adapter named by the request: carried to the results, not simulated in fleets (a
+    # replica runs every request on its base model).
     adapter: str | None = None
+    # The text of the output tokens, when a later prompt quotes it (the next turn of a
+    # conversation): the blocks the answer fills are then cached under the same identities as
+    # that prompt's, as vLLM caches output blocks. None: an answer nobody quotes.
+    answer: Segment | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -66,21 +70,30 @@ class FleetWorkload:
                     raise ValueError(f"request {i}: follows must name an earlier request, got {r.follows}")
                 if r.abort_at is not None:
                     raise ValueError(f"request {i}: abort_at needs an absolute arrival (not follows)")
+            if r.answer is not None and r.answer.length != r.output_tokens:
+                raise ValueError(f"request {i}: the answer segment must be output_tokens long")
 
     def __len__(self) -> int:
         return len(self.requests)
 
 
 def from_items(items: Sequence[WorkloadItem]) -> FleetWorkload:
-    """The single-replica workload format (token counts only) as a fleet workload."""
-    return FleetWorkload(
-        tuple(
-            FleetRequest(
-                Prompt.unique(f"request:{i}", it.prompt_tokens), it.output_tokens, it.arrival, None, it.abort_at
-            )
-            for i, it in enumerate(items)
-        )
-    )
+    """The single-replica workload format as a fleet workload.
+
+    Token ids, where an item gives them, become explicit segments (prompts that share leading
+    ids share cached blocks, as in ``simulate()``); an item's output ids become its answer.
+    """
+    requests = []
+    for i, it in enumerate(items):
+        if it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.prompt_tokens:
+            prompt = Prompt((Segment(f"ids:{i}", it.prompt_tokens, it.prompt_token_ids),))
+        else:
+            prompt = Prompt.unique(f"request:{i}", it.prompt_tokens)
+        answer = None
+        if it.output_token_ids is not None and len(it.output_token_ids) == it.output_tokens:
+            answer = Segment(f"answer-ids:{i}", it.output_tokens, it.output_token_ids)
+        requests.append(FleetRequest(prompt, it.output_tokens, it.arrival, None, it.abort_at, answer=answer))
+    return FleetWorkload(tuple(requests))
 
 
 def closed_loop(concurrency: int, num_requests: int, prompt_tokens: int, output_tokens: int) -> FleetWorkload:
@@ -189,10 +202,15 @@ def generate(shape: WorkloadShape) -> FleetWorkload:
         for turn in range(shape.turns):
             history.append(Segment(f"user:{c}.{turn}", shape.prompt_tokens))
             prompt = Prompt(tuple(history))
+            # The answer is quoted by the next turn (the last turn's by nobody).
+            answer = Segment(f"answer:{c}.{turn}", shape.output_tokens) if turn + 1 < shape.turns else None
             if previous is None:
-                requests.append(FleetRequest(prompt, shape.output_tokens, start))
+                requests.append(FleetRequest(prompt, shape.output_tokens, start, answer=answer))
             else:
-                requests.append(FleetRequest(prompt, shape.output_tokens, shape.think_time, follows=previous))
+                requests.append(
+                    FleetRequest(prompt, shape.output_tokens, shape.think_time, follows=previous, answer=answer)
+                )
             previous = len(requests) - 1
-            history.append(Segment(f"answer:{c}.{turn}", shape.output_tokens))
+            if answer is not None:
+                history.append(answer)
     return FleetWorkload(tuple(requests))

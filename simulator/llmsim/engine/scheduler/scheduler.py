@@ -336,7 +336,7 @@ class Scheduler(Generic[S]):
         seq.num_computed_tokens = computed
         out.num_context_tokens += computed
         out.scheduled.append(seq)
-        if seq.prompt_token_ids is not None:
+        if seq.hashable:
             # The KV this step writes is cached as it is scheduled (at most one new block per
             # decode step, so this is a no-op on most calls).
             self.kv.cache_blocks(seq, computed)

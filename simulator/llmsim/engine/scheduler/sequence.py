@@ -14,7 +14,10 @@ for more than ``P + max_output_tokens - 1`` tokens.
 With token ids (``prompt_token_ids``, and ``output_token_ids`` for the planned outputs) the
 sequence's full blocks get chained hashes (:mod:`.block_hash`), extended lazily as tokens are
 released: that is what the prefix cache looks up and stores. Without ids a sequence is content
-nobody else has: it neither hits nor stores.
+nobody else has: it neither hits nor stores. A caller that knows which content is shared without
+the ids (the fleet planner, from its prompts' segments) may instead give ``block_hashes`` for every
+block it knows at construction: the cache then sees those blocks and no others (no KV events: a
+``BlockStored`` carries token ids).
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class Sequence:
     num_cached_blocks: int = 0
     # Prompt tokens found in the prefix cache at first admission (vLLM's num_cached_tokens).
     num_cached_tokens: int = 0
+    # Whether the prefix cache can see this sequence: its prompt token ids are known, or its
+    # block hashes were given at construction (a field, not a property: read once per step).
+    hashable: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 0 or self.max_output_tokens < 0:
@@ -90,11 +96,7 @@ class Sequence:
         if ids is not None and len(ids) != self.num_prompt_tokens:
             # An empty prompt still schedules one token (BOS) whose id is unknown: nothing to hash.
             self.prompt_token_ids = None
-
-    @property
-    def hashable(self) -> bool:
-        """Whether the prefix cache can see this sequence (its prompt token ids are known)."""
-        return self.prompt_token_ids is not None
+        self.hashable = self.prompt_token_ids is not None or bool(self.block_hashes)
 
     def ensure_block_hashes(self, num_tokens: int, block_size: int) -> list[bytes]:
         """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
