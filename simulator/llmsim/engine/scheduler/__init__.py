@@ -6,7 +6,9 @@ Three tiers, dependencies pointing down only:
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
   ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload`` and
   ``simulation_summary`` (virtual-time inputs and outputs);
-- decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release);
+- decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
+  ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
+  stepping each, for virtual time);
 - time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock) and
   ``virtual`` (``simulate``: the same core stepped in a plain loop, far faster than real time).
 

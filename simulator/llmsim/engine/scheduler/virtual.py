@@ -2,9 +2,10 @@
 
 It follows the driver's rules exactly - a request joins the first step starting at or after its
 arrival, an idle GPU restarts at the next arrival, an abort frees blocks at once and the step in
-flight releases nothing to it - so for the same arrivals it produces the same timeline, only as
-fast as Python can step it. Capacity planning, the ``llmsim plan`` command and most of the tests
-run here.
+flight releases nothing to it - so for the same arrivals it produces the same timeline. Runs of
+steps in which nothing but lengths changes are jumped over (:mod:`.decode_run`), with the same
+result to the last bit as stepping them one by one. Capacity planning, the ``llmsim plan`` command
+and most of the tests run here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
+from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
@@ -152,6 +154,7 @@ def simulate(
     *,
     audit: bool = False,
     observer: EngineObserver | None = None,
+    fast_forward: bool = True,
 ) -> SimulationResult:
     """Run ``workload`` through the scheduler in virtual time.
 
@@ -168,6 +171,9 @@ def simulate(
     observer:
         Receives every step's stats as the step ends (KV-cache events included), as the live
         engine's observer does.
+    fast_forward:
+        Jump over runs of decode steps (:class:`~.decode_run.DecodeRun`); False steps every one
+        (the reference the fast-forward is tested and benchmarked against: same results).
     """
     items = list(workload)
     n = len(items)
@@ -212,6 +218,19 @@ def simulate(
                 added[i] = 1
         if not sched.has_work():
             continue
+        if fast_forward:
+            run = DecodeRun.plan(
+                sched,
+                t,
+                previous,
+                next_arrival=items[order[nxt]].arrival if nxt < n else math.inf,
+                next_abort=aborts[na][0] if na < len(aborts) else math.inf,
+            )
+            if run is not None:
+                peak = max(peak, _run_to_end(run, steps, observer, audit))
+                previous = run.last_start
+                t = run.end
+                continue
         out = sched.schedule(t)
         peak = max(peak, out.kv_used_blocks)
         duration = step_duration(out)
@@ -237,6 +256,22 @@ def simulate(
         peak,
         sched.kv.cached_hashes(),
     )
+
+
+def _run_to_end(run: DecodeRun[Sequence], steps: list[StepStats], observer: EngineObserver | None, audit: bool) -> int:
+    """Apply a whole run, recording each step as the stepping loop does; the most blocks any step used."""
+    sched = run.sched
+
+    def ended(j: int) -> None:
+        stats = run.step_stats(j)
+        steps.append(stats)
+        if observer is not None:
+            observer.on_step(stats)
+        if audit:
+            sched.kv.audit(sched.running)
+
+    run.run_to_end(on_end=ended)
+    return max(run.used_after_start)
 
 
 def _result(index: int, seq: Sequence) -> RequestResult:

@@ -1,0 +1,499 @@
+"""Runs of decode steps, jumped over without visiting each sequence at each step (virtual time's fast-forward).
+
+On a busy replica most steps change nothing but lengths: every running sequence decodes one
+token, nobody is admitted, preempted or aborted. Stepping such a run costs one pass over the batch
+per step (~1 us per sequence); the run below costs a few float operations per step, plus the
+work that really happens: one block allocation per sequence every ``block_size`` steps, the
+output blocks it caches, and its finish. A run starting at ``t`` exists when
+(:meth:`DecodeRun.plan` checks it, and the scheduler's own rules say why each is needed):
+
+- every running sequence is decoding (prefill done) and all of them fit the token budget;
+- nothing waiting could be admitted now, and so in no step of the run: free blocks only fall,
+  the running adapters stay the same, and a cached prefix only shrinks (evictions), unless a
+  running sequence caches an output block the head might hit, which ends the run before it;
+- every running LoRA adapter is loaded (no step of the run loads one).
+
+It ends before the first step in which something else would happen: an arrival joins (with
+async scheduling's cutoff), a client leaves during the step, the blocks to allocate exceed the
+free ones (frees inside the run are not counted, so that step is stepped and may preempt); and,
+if anyone waits, after the first step in which a sequence finishes (freed blocks may let the head
+in) or before one in which a sequence caches an output block. With an empty waiting queue,
+finishes do not end a run: the batch shrinks and the run goes on to the last sequence's end.
+
+NOTE: the timeline is bit-identical to stepping, not merely close. Each step's duration comes
+from :meth:`Scheduler.step_duration` on that step's batch shape (``B`` decode tokens, context
+``sum(computed) + B x (j + 1)``), and the times are summed one step at a time, in the stepping
+loop's order. A closed-form sum over a run would be faster still but round differently, and an
+arrival compared with a step start could then join a different step.
+
+The caller owns time: it applies the run's operations up to any instant (:meth:`sync`), cuts it
+short when an arrival comes (:meth:`cut_for_arrival`) or turns the step in flight into an ordinary
+:class:`SchedulerOutput` when a client leaves (:meth:`stop`), so a fleet can look at a replica
+between its events.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput
+from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.types import StepStats
+
+S = TypeVar("S", bound=Sequence)
+
+_RUNNING = SequenceStatus.RUNNING
+_FINISHED = SequenceStatus.FINISHED
+
+#: Called with a step's index in the run once its start (``on_start``) or end (``on_end``) is applied.
+StepHook = Callable[[int], None]
+
+
+def _known_tokens(seq: Sequence, block_size: int) -> int:
+    """Leading tokens whose content the prefix cache can identify (so whose full blocks it may store)."""
+    prompt = seq.prompt_token_ids
+    if prompt is not None:
+        outputs = seq.output_token_ids
+        return max(len(prompt) + (len(outputs) if outputs is not None else 0), len(seq.block_hashes) * block_size)
+    return len(seq.block_hashes) * block_size
+
+
+def _admits_any(sched: Scheduler[S], budget: int) -> bool:
+    """Whether ``Scheduler._schedule_waiting`` would admit someone now (its loop, without the changes).
+
+    NOTE: mirrors ``_schedule_waiting``'s admission test; keep the two in step.
+    """
+    waiting = sched.waiting
+    running = sched.running
+    if not waiting or budget <= 0 or len(running) >= sched.params.max_num_sequences:
+        return False
+    kv = sched.kv
+    lora = sched.params.lora
+    max_loras = lora.max_loras if lora is not None else 0
+    loras = {s.lora_name for s in running if s.lora_name is not None} if max_loras else set()
+    reserve = sched.watermark_blocks if running else 0
+    for seq in waiting:
+        name = seq.lora_name
+        if name is not None and len(loras) >= max_loras and name not in loras:
+            continue  # skipped for the step, as _schedule_waiting does
+        hits = kv.find_cached_prefix(seq)
+        return kv.num_blocks_to_admit(seq, hits) + reserve <= kv.num_free
+    return False
+
+
+class DecodeRun(Generic[S]):
+    """``K`` decode steps of a fixed batch (shrinking only as sequences finish), from ``starts[0]``.
+
+    Build with :meth:`plan`. Operations are applied in the stepping loop's order: the start of
+    step 0 (at construction), then end 0, start 1, end 1, ... up to what the caller asks for.
+    """
+
+    __slots__ = (
+        "_allocs",
+        "_c0",
+        "_finish_steps",
+        "_finishing",
+        "_first_index",
+        "_known",
+        "_last",
+        "_lora_steps",
+        "_next_finish",
+        "_o0",
+        "_stores",
+        "batch",
+        "context",
+        "durations",
+        "ends",
+        "finished",
+        "num_ends",
+        "num_starts",
+        "num_steps",
+        "sched",
+        "seqs",
+        "starts",
+        "used_after_start",
+    )
+
+    def __init__(self, sched: Scheduler[S], seqs: list[S]) -> None:
+        self.sched = sched
+        # The batch at the start, in running order; positions index every per-sequence list.
+        self.seqs = seqs
+        self._c0 = [s.num_computed_tokens for s in seqs]
+        self._o0 = [s.num_output_tokens for s in seqs]
+        # Run step in which each sequence releases its last planned token.
+        self._last = [s.max_output_tokens - s.num_output_tokens - 1 for s in seqs]
+        self._known: list[int] = []
+        self._first_index = sched.num_steps
+        # Per step: start and end times, duration, batch size, context tokens read.
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.durations: list[float] = []
+        self.batch: list[int] = []
+        self.context: list[int] = []
+        # Blocks in use once each started step has allocated (the step's kv_used_blocks).
+        self.used_after_start: list[int] = []
+        # Positions finishing at the end of each step (running order), and those steps in order.
+        self._finishing: dict[int, list[int]] = {}
+        self._finish_steps: list[int] = []
+        self._next_finish = 0
+        # Steps whose running adapters differ from the step before (LoRA's LRU is touched then).
+        self._lora_steps: set[int] = set()
+        # By step mod block_size: positions that allocate a block, or may cache one, in such a step.
+        self._allocs: list[list[int]] = []
+        self._stores: list[list[int]] = []
+        self.num_steps = 0
+        self.num_starts = 0
+        self.num_ends = 0
+        # Sequences that finished in applied steps, for the caller to collect.
+        self.finished: list[S] = []
+
+    # -- planning -------------------------------------------------------------------------
+
+    @classmethod
+    def plan(
+        cls,
+        sched: Scheduler[S],
+        start: float,
+        previous_start: float,
+        *,
+        next_arrival: float = math.inf,
+        next_abort: float = math.inf,
+        min_steps: int = 2,
+    ) -> DecodeRun[S] | None:
+        """The run of decode steps starting at ``start``, with its first step started; None if there
+        is none of at least ``min_steps`` steps.
+
+        Parameters
+        ----------
+        sched:
+            The scheduler, between steps: arrivals up to ``start``'s cutoff admitted to its queue.
+        start, previous_start:
+            When the run's first step starts, and when the step before it started (async
+            scheduling's cutoff).
+        next_arrival:
+            The earliest arrival not yet queued: the run ends before the step it would join.
+        next_abort:
+            The earliest client departure: the run ends before the step it falls in.
+        """
+        running = sched.running
+        params = sched.params
+        batch = len(running)
+        if batch == 0 or batch > params.max_batch_tokens:
+            return None
+        # Newest first: a sequence admitted in the last steps is the one still in prefill.
+        for seq in reversed(running):
+            # Decoding: the prompt (and any recompute) done, one released token to compute.
+            if not seq.num_output_tokens or seq.num_computed_tokens + 1 != seq.num_tokens:
+                return None
+        # A step that loads an adapter costs more than the roofline: stepped, not jumped.
+        loaded = sched.loaded_loras
+        if params.lora is not None and any(s.lora_name is not None and s.lora_name not in loaded for s in running):
+            return None
+        waiting = bool(sched.waiting)
+        if waiting and _admits_any(sched, params.max_batch_tokens - batch):
+            return None
+        run: DecodeRun[S] = cls(sched, list(running))
+        if not run._plan_steps(start, previous_start, waiting, next_arrival, next_abort, min_steps):
+            return None
+        run._start(0)
+        run.num_starts = 1
+        return run
+
+    def _plan_steps(
+        self,
+        start: float,
+        previous_start: float,
+        waiting: bool,
+        next_arrival: float,
+        next_abort: float,
+        min_steps: int,
+    ) -> bool:
+        sched = self.sched
+        kv = sched.kv
+        bs = kv.block_size
+        seqs = self.seqs
+        c0 = self._c0
+        last = self._last
+        # Per residue of the step index mod block_size: who allocates (and who may cache an
+        # output block) in such a step, in batch order.
+        allocs: list[list[int]] = [[] for _ in range(bs)]
+        stores: list[list[int]] = [[] for _ in range(bs)]
+        known = [0] * len(seqs)
+        finishing = self._finishing
+        # Once per sequence per run.
+        for p, c in enumerate(c0):
+            allocs[-c % bs].append(p)
+            finishing.setdefault(last[p], []).append(p)
+        if kv.enable_caching:
+            for p, seq in enumerate(seqs):
+                if seq.hashable:
+                    known[p] = k = _known_tokens(seq, bs)
+                    if k > c0[p]:
+                        # Step j fills token c + j + 1: a full block to cache if its content is known.
+                        stores[(-c0[p] - 1) % bs].append(p)
+        self._known = known
+        self._allocs = allocs
+        self._stores = stores
+        self._finish_steps = sorted(finishing)
+        allocs_at = [len(a) for a in allocs]
+        stores_at = [len(x) for x in stores]
+        # With a queue, the first finish may let its head in: stop after that step.
+        horizon = (self._finish_steps[0] if waiting else self._finish_steps[-1]) + 1
+        if sched.params.lora is not None:
+            self._lora_steps.add(0)
+        async_scheduling = sched.params.async_scheduling
+        step_duration = sched.step_duration
+        # One output reused for pricing every step: the step's shape as the scheduler would build it.
+        probe: SchedulerOutput[S] = SchedulerOutput(self._first_index)
+        probe.scheduled = seqs
+        free = kv.num_free
+        allocated = 0
+        batch = len(seqs)
+        computed = sum(c0)
+        t = start
+        previous = previous_start
+        starts = self.starts
+        ends = self.ends
+        durations = self.durations
+        sizes = self.batch
+        contexts = self.context
+        finishing = self._finishing
+        j = 0
+        # Once per step of the run: a handful of integer and float operations.
+        while j < horizon:
+            # The scheduler is busy at every step of a run (someone is still running).
+            if j and (previous if async_scheduling else t) >= next_arrival:
+                break
+            r = j % bs
+            allocated += allocs_at[r]
+            if allocated > free:
+                break
+            if waiting and stores_at[r] and any(last[p] >= j and c0[p] + j + 1 <= known[p] for p in stores[r]):
+                break
+            context = computed + batch * (j + 1)
+            probe.num_decode_tokens = batch
+            probe.num_context_tokens = context
+            duration = step_duration(probe)
+            end = t + duration
+            if end > next_abort:
+                break
+            starts.append(t)
+            ends.append(end)
+            durations.append(duration)
+            sizes.append(batch)
+            contexts.append(context)
+            done = finishing.get(j)
+            if done is not None:
+                for p in done:
+                    batch -= 1
+                    computed -= c0[p]
+                    allocs_at[-c0[p] % bs] -= 1
+                    if known[p] > c0[p] + 1:
+                        stores_at[(-c0[p] - 1) % bs] -= 1
+                probe.scheduled = [s for p, s in enumerate(seqs) if last[p] > j]
+                if self._lora_steps and any(seqs[p].lora_name is not None for p in done):
+                    self._lora_steps.add(j + 1)
+            previous = t
+            t = end
+            j += 1
+        if j < min_steps:
+            return False
+        self.num_steps = j
+        return True
+
+    # -- applying it ----------------------------------------------------------------------
+
+    @property
+    def end(self) -> float:
+        """When the run's last step ends."""
+        return self.ends[self.num_steps - 1]
+
+    @property
+    def last_start(self) -> float:
+        return self.starts[self.num_steps - 1]
+
+    @property
+    def done(self) -> bool:
+        """Every step started and ended."""
+        return self.num_ends == self.num_steps
+
+    def next_event(self) -> float:
+        """When the caller must next look: the end of the next step in which someone finishes, or the run's end."""
+        steps = self._finish_steps
+        k = self._next_finish
+        while k < len(steps) and steps[k] < self.num_ends:
+            k += 1
+        self._next_finish = k
+        if k < len(steps) and steps[k] < self.num_steps:
+            return self.ends[steps[k]]
+        return self.end
+
+    def sync(
+        self, now: float, *, starts_at_now: bool, on_start: StepHook | None = None, on_end: StepHook | None = None
+    ) -> None:
+        """Apply every step end at or before ``now`` and every step start before it (at it too if
+        ``starts_at_now``: a scrape at ``now`` settled later sees the step that started then)."""
+        n = self.num_steps
+        starts = bisect_right(self.starts, now, 0, n) if starts_at_now else bisect_left(self.starts, now, 0, n)
+        self.advance(max(starts, self.num_starts), bisect_right(self.ends, now, 0, n), on_start, on_end)
+
+    def run_to_end(self, on_start: StepHook | None = None, on_end: StepHook | None = None) -> None:
+        """Apply every step, then bring the sequences still running to the run's end."""
+        self.advance(self.num_steps, self.num_steps, on_start, on_end)
+        self.finish()
+
+    def advance(
+        self, num_starts: int, num_ends: int, on_start: StepHook | None = None, on_end: StepHook | None = None
+    ) -> None:
+        """Apply starts up to ``num_starts`` and ends up to ``num_ends``, interleaved as in time."""
+        while True:
+            if self.num_starts == self.num_ends:
+                j = self.num_starts
+                if j >= num_starts:
+                    return
+                self._start(j)
+                self.num_starts = j + 1
+                if on_start is not None:
+                    on_start(j)
+            else:
+                j = self.num_ends
+                if j >= num_ends:
+                    return
+                self._end(j)
+                self.num_ends = j + 1
+                if on_end is not None:
+                    on_end(j)
+
+    def _start(self, j: int) -> None:
+        """Step ``j`` is scheduled: its block allocations and cache stores, in batch order."""
+        sched = self.sched
+        sched.num_steps += 1
+        if j in self._lora_steps:
+            # The same touches _make_output makes for this batch (the LRU order of adapters).
+            active = [s for p, s in enumerate(self.seqs) if self._last[p] >= j]
+            for name in {s.lora_name for s in active if s.lora_name is not None}:
+                assert name in sched.loaded_loras, "a run's adapters are all loaded"
+                sched.load_lora(name)  # most recently used, as _make_output's touch
+        kv = sched.kv
+        seqs = self.seqs
+        c0 = self._c0
+        last = self._last
+        r = j % kv.block_size
+        stores = self._stores[r]
+        if not stores:
+            # Each sequence once every block_size steps: a few per step.
+            for p in self._allocs[r]:
+                if last[p] >= j:  # not finished earlier in the run
+                    seq = seqs[p]
+                    seq.num_computed_tokens = c0[p] + j
+                    allocated = kv.allocate_slots(seq, 1)
+                    assert allocated, "a run never allocates more than the free blocks"
+        else:
+            # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.
+            known = self._known
+            allocating = set(self._allocs[r])
+            for p in sorted(allocating.union(stores)):
+                if last[p] < j:
+                    continue
+                seq = seqs[p]
+                if p in allocating:
+                    seq.num_computed_tokens = c0[p] + j
+                    allocated = kv.allocate_slots(seq, 1)
+                    assert allocated, "a run never allocates more than the free blocks"
+                if c0[p] + j + 1 <= known[p] and (c0[p] + j + 1) % kv.block_size == 0:
+                    kv.cache_blocks(seq, c0[p] + j + 1)
+        self.used_after_start.append(kv.num_used)
+
+    def _end(self, j: int) -> None:
+        """Step ``j`` ends: everyone releases a token; those at their last free their blocks."""
+        done = self._finishing.get(j)
+        if done is None:
+            return
+        sched = self.sched
+        end = self.ends[j]
+        times = self.ends[: j + 1]
+        for p in done:
+            seq = self.seqs[p]
+            self._bring(p, j + 1, j + 1, times)
+            sched.kv.free(seq)
+            seq.status = _FINISHED
+            seq.finished_time = end
+            self.finished.append(seq)
+        # One pass, as update_from_output does.
+        sched.running = [s for s in sched.running if s.status is _RUNNING]
+
+    def _bring(self, p: int, computed_steps: int, released_steps: int, times: list[float]) -> None:
+        """Set sequence ``p``'s counters as of ``computed_steps`` scheduled and ``released_steps`` ended
+        steps (``times``: the ends of those)."""
+        seq = self.seqs[p]
+        seq.num_computed_tokens = self._c0[p] + computed_steps
+        seq.num_output_tokens = self._o0[p] + released_steps
+        seq.token_times.extend(times)
+
+    def step_stats(self, j: int) -> StepStats:
+        """Step ``j``'s record, as :meth:`Scheduler.step_stats` makes it, once its end is applied."""
+        sched = self.sched
+        kv = sched.kv
+        batch = self.batch[j]
+        return StepStats(
+            index=self._first_index + j,
+            start=self.starts[j],
+            duration=self.durations[j],
+            batch_size=batch,
+            num_prefill_tokens=0,
+            num_decode_tokens=batch,
+            num_running=len(sched.running),
+            num_waiting=len(sched.waiting),
+            kv_used_blocks=kv.num_used,
+            kv_total_blocks=kv.num_usable_blocks,
+            num_preemptions=0,
+            kv_events=kv.take_events(),
+        )
+
+    def finish(self) -> None:
+        """After the last step's end: the sequences still running hold the run's tokens."""
+        assert self.done, "the run has steps left"
+        k = self.num_steps
+        times = self.ends[:k]
+        for p, last in enumerate(self._last):
+            if last >= k:
+                self._bring(p, k, k, times)
+        self.sched.kv.check()
+
+    # -- cutting it short ------------------------------------------------------------------
+
+    def cut_for_arrival(self, arrival: float) -> None:
+        """A request arriving at ``arrival`` (now) joins the first step whose cutoff reaches it: end the run before it."""
+        n = self.num_steps
+        if self.sched.params.async_scheduling:
+            # Step j sees what arrived by the start of step j - 1.
+            joins = bisect_left(self.starts, arrival, 0, n) + 1
+        else:
+            joins = bisect_left(self.starts, arrival, 0, n)
+        joins = max(joins, 1)
+        if joins < n:
+            assert joins >= self.num_starts, "an arrival cannot join a step that has started"
+            self.num_steps = joins
+
+    def stop(self) -> SchedulerOutput[S] | None:
+        """End the run at the last started step: it becomes an ordinary step in flight (returned), or,
+        if it has ended too, the run is over (None). Call after :meth:`sync` to the present."""
+        j = self.num_starts - 1
+        if self.num_ends > j:
+            self.num_steps = j + 1
+            self.finish()
+            return None
+        self.num_steps = j + 1
+        out: SchedulerOutput[S] = SchedulerOutput(self._first_index + j)
+        times = self.ends[:j]
+        for p, last in enumerate(self._last):
+            if last >= j:
+                self._bring(p, j + 1, j, times)
+                out.scheduled.append(self.seqs[p])
+        out.num_decode_tokens = self.batch[j]
+        out.num_context_tokens = self.context[j]
+        out.kv_used_blocks = self.used_after_start[j]
+        return out
