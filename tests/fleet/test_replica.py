@@ -58,12 +58,12 @@ def test_a_zero_interval_is_a_live_view() -> None:
 
 
 def run_to_end(r: Replica, now: float) -> float:
+    """Drive the replica alone, as the fleet loop does, until it is idle; the time it got there."""
     ended: list[Sequence] = []
-    deadline = r.start_step(now, ended)
-    while deadline is not None:
-        r.finish_step(deadline, ended)
-        now = deadline
-        deadline = r.start_step(now, ended)
+    event = r.start_step(now, ended)
+    while event is not None:
+        now = event
+        event = r.start_step(now, ended) if r.on_event(now, ended) else r.next_event()
     return now
 
 

@@ -3,16 +3,23 @@ last scraped of it.
 
 The replica follows ``simulate()``'s rules exactly (a request joins the first step starting at or
 after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
-so a one-replica fleet reproduces ``simulate()`` token for token.
+so a one-replica fleet reproduces ``simulate()`` token for token. Like ``simulate()`` it jumps
+over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
+then hears from it only when a request finishes or the run ends, and a request routed to it, or
+a client leaving it, cuts the run short where the stepping loop would have seen them.
 
 What the router sees is not the live state but the last scrape: an endpoint picker polls each
 pod's ``/metrics`` on its own ticker (every 50 ms in the Gateway API Inference Extension), so its
-numbers are up to one interval old. The scrape at time ``s`` reads the state after every event
-at or before ``s``, the values a live llmsim replica's ``/metrics`` would show then
-(``vllm:num_requests_running``, ``vllm:num_requests_waiting`` including requests not yet
-admitted, ``vllm:kv_cache_usage_perc``). Scrapes cost nothing while nobody looks: the state only
-changes at the replica's own events, so the view is brought up to date lazily, before a change
-and before a routing decision.
+numbers are up to one interval old. The scrape at time ``s`` reads the values a live llmsim
+replica's ``/metrics`` would show then (``vllm:num_requests_running``,
+``vllm:num_requests_waiting`` including requests not yet admitted, ``vllm:kv_cache_usage_perc``):
+the state after every event before ``s``, and after those at ``s`` that the fleet loop has
+handled when the scrape is read. Scrapes cost nothing while nobody looks: the view is brought up
+to date lazily, before a change and before a routing decision, and a run in progress is applied
+up to the scrape's time first (its block allocations move the KV usage between events).
+
+NOTE: scrape ``k`` happens at ``phase + k x interval``, computed from ``k`` each time rather than
+summed, so that the same scrape falls at the same float however many events came between.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import dataclasses
 import math
 from collections import Counter
 
+from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
@@ -45,16 +53,25 @@ class Replica:
     hasher:
         Block identities of prompts for the replica's block size (shared by the replicas of that
         size); None when the replica does not cache prefixes.
+    fast_forward:
+        Jump over runs of decode steps (False: step every one, the reference).
+
+    Methods that take ``passed`` are called at the current instant of the fleet loop; ``passed``
+    says whether a step of this replica's run that starts at exactly that instant has started
+    yet (the fleet loop starts replicas one by one; see ``FleetSimulation``).
     """
 
     __slots__ = (
+        "_fast_forward",
         "_hasher",
         "_interval",
-        "_next_scrape",
+        "_phase",
+        "_scrape_index",
         "_step_duration",
         "batch_total",
         "block_size",
         "busy_time",
+        "deadline",
         "in_flight",
         "inbox",
         "index",
@@ -67,9 +84,11 @@ class Replica:
         "num_running",
         "num_steps",
         "num_waiting",
+        "run",
         "scheduler",
         "starting",
         "step_start",
+        "version",
     )
 
     def __init__(
@@ -80,6 +99,8 @@ class Replica:
         scrape_interval: float,
         scrape_phase: float,
         hasher: BlockHasher | None = None,
+        *,
+        fast_forward: bool = True,
     ) -> None:
         self.index = index
         self.name = name
@@ -92,13 +113,19 @@ class Replica:
                 f"replica {name}: block hasher for {hasher.block_size}-token blocks, not {params.block_size}"
             )
         self._hasher = hasher if params.enable_prefix_caching else None
+        self._fast_forward = fast_forward
         self.block_size = params.block_size
         self._step_duration = self.scheduler.step_duration
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
         self.inbox: list[Sequence] = []
-        # The step on the GPU, started at step_start; None while idle.
+        # The step on the GPU, started at step_start and ending at deadline; None while idle.
         self.in_flight: SchedulerOutput[Sequence] | None = None
+        self.deadline = math.inf
+        # Or a run of decode steps in progress (never both).
+        self.run: DecodeRun[Sequence] | None = None
         self.step_start = 0.0
+        # Bumped whenever the time of the replica's next event changes (older heap entries are stale).
+        self.version = 0
         # Set while the fleet loop has queued this replica to start a step at the current instant.
         self.starting = False
         # The router's view: the last scrape (live state when the interval is 0).
@@ -106,7 +133,8 @@ class Replica:
         self.num_waiting = 0
         self.kv_usage = 0.0
         self._interval = scrape_interval
-        self._next_scrape = scrape_phase if scrape_interval > 0 else math.inf
+        self._phase = scrape_phase
+        self._scrape_index = 0
         # Counters for the report.
         self.num_routed = 0
         self.num_steps = 0
@@ -121,21 +149,40 @@ class Replica:
 
     # -- what the router reads -------------------------------------------------------------
 
-    def observe(self, now: float) -> None:
-        """Bring the router's view to ``now``: the last scrape at or before it (live state if interval 0)."""
+    def _scrape_time(self, k: int) -> float:
+        return self._phase + k * self._interval
+
+    def _last_scrape(self, now: float, *, strictly_before: bool) -> int:
+        """Index of the last scrape at (or strictly before) ``now``; at least the next unsettled one."""
+        k = max(self._scrape_index, math.floor((now - self._phase) / self._interval))
+        # Float rounding either way.
+        while self._scrape_time(k + 1) < now or (not strictly_before and self._scrape_time(k + 1) == now):
+            k += 1
+        while k > self._scrape_index and (
+            self._scrape_time(k) > now or (strictly_before and self._scrape_time(k) == now)
+        ):
+            k -= 1
+        return k
+
+    def observe(self, now: float, passed: bool = False) -> None:
+        """Bring the router's view to ``now``: the last scrape at or before it (live state if interval 0),
+        and the prefix cache to ``now``."""
         if self._interval == 0.0:
+            self._sync(now, passed)
             self._scrape()
-        elif self._next_scrape <= now:
-            # Nothing changed since the last event (which settled every earlier scrape), so
-            # every scrape up to now read the current state.
+            return
+        if self._scrape_time(self._scrape_index) <= now:
+            k = self._last_scrape(now, strictly_before=False)
+            at = self._scrape_time(k)
+            # A scrape before now saw every step that started at its time; one at now, those started so far.
+            self._sync(at, True) if at < now else self._sync(now, passed)
             self._scrape()
-            skipped = math.floor((now - self._next_scrape) / self._interval) + 1
-            self._next_scrape += skipped * self._interval
-            while self._next_scrape <= now:  # float rounding
-                self._next_scrape += self._interval
+            self._scrape_index = k + 1
+        self._sync(now, passed)
 
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
-        """Tokens at the start of ``prompt`` this replica's prefix cache holds right now (whole blocks).
+        """Tokens at the start of ``prompt`` this replica's prefix cache holds (whole blocks), as of
+        the last :meth:`observe`.
 
         What the prefix-affinity router and the weighted router's prefix scorer read: the
         replica's own cache, as a precise prefix-cache scorer fed by KV events sees it.
@@ -182,57 +229,142 @@ class Replica:
 
     def _before_change(self, now: float) -> None:
         """Settle the scrapes strictly before ``now``, which saw the state this event is about to change."""
-        if self._next_scrape < now:
+        if self._interval > 0.0 and self._scrape_time(self._scrape_index) < now:
+            k = self._last_scrape(now, strictly_before=True)
+            self._sync(self._scrape_time(k), True)
             self._scrape()
-            skipped = math.ceil((now - self._next_scrape) / self._interval)
-            self._next_scrape += skipped * self._interval
-            while self._next_scrape < now:  # float rounding
-                self._next_scrape += self._interval
+            self._scrape_index = k + 1
+
+    # -- the run in progress ---------------------------------------------------------------
+
+    def _sync(self, now: float, starts_at_now: bool) -> None:
+        """Apply the run's steps up to ``now`` (between the replica's events: no one finishes)."""
+        run = self.run
+        if run is not None:
+            run.sync(now, starts_at_now=starts_at_now, on_start=self._count_run_step)
+            assert not run.finished, "a finish inside a run is an event of its own"
+
+    def _count_run_step(self, j: int) -> None:
+        """A step of the run started: the counters a stepped step adds at its start."""
+        run = self.run
+        assert run is not None
+        self.num_steps += 1
+        self.busy_time += run.durations[j]
+        self.batch_total += run.batch[j]
+        used = run.used_after_start[j]
+        if used > self.kv_peak_blocks:
+            self.kv_peak_blocks = used
+
+    def _end_run(self, run: DecodeRun[Sequence]) -> None:
+        self.step_start = run.last_start
+        self.run = None
+        self.version += 1
+
+    def _stop_run(self, now: float, passed: bool) -> None:
+        """End the run at ``now``: the step in flight becomes an ordinary one (or the run is over)."""
+        run = self.run
+        assert run is not None
+        self._sync(now, passed)
+        out = run.stop()
+        if out is None:
+            self._end_run(run)
+            return
+        j = run.num_steps - 1
+        self.in_flight = out
+        self.deadline = run.ends[j]
+        self.step_start = run.starts[j]
+        self.run = None
+        self.version += 1
 
     # -- events, driven by the fleet loop ----------------------------------------------------
 
     @property
     def busy(self) -> bool:
-        return self.in_flight is not None
+        return self.in_flight is not None or self.run is not None
 
-    def route(self, seq: Sequence, now: float) -> None:
-        """A request routed here at ``now``: it waits for the next step start."""
+    def next_event(self) -> float:
+        """When the fleet must next hear from this replica: its step's end, or its run's next finish or end."""
+        run = self.run
+        return run.next_event() if run is not None else self.deadline
+
+    def route(self, seq: Sequence, now: float, passed: bool = False) -> None:
+        """A request routed here at ``now``: it waits for the next step start, which a run in progress
+        brings forward to the step the request joins."""
         self._before_change(now)
         self.inbox.append(seq)
         self.num_routed += 1
+        run = self.run
+        if run is not None:
+            self._sync(now, passed)
+            before = run.num_steps
+            run.cut_for_arrival(now, passed)
+            if run.done:
+                run.finish()
+                self._end_run(run)
+            elif run.num_steps != before:
+                self.version += 1
 
     def start_step(self, now: float, ended: list[Sequence]) -> float | None:
-        """Admit the inbox and start a step at ``now``; its deadline, or None if there is nothing to run.
+        """Admit the inbox and start a step (or a run of steps) at ``now``; the replica's next event,
+        or None if there is nothing to run.
 
         Requests refused at admission (a full waiting queue) are appended to ``ended``.
         """
         self._before_change(now)
         self.starting = False
         sched = self.scheduler
+        later = math.inf
         if self.inbox:
             # As the live engine and simulate(): with async scheduling a request that arrived
             # during a busy step joins one step later.
             cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
-            later: list[Sequence] = []
+            waiting: list[Sequence] = []
             for seq in self.inbox:
                 if seq.arrival > cutoff:
-                    later.append(seq)
+                    waiting.append(seq)
+                    later = min(later, seq.arrival)
                 elif not sched.add_requests([seq], now):
                     ended.append(seq)
-            self.inbox = later
+            self.inbox = waiting
         if not sched.has_work():
             return None
+        self.version += 1
+        if self._fast_forward:
+            run = DecodeRun.plan(sched, now, self.step_start, next_arrival=later)
+            if run is not None:
+                self.run = run
+                self._count_run_step(0)
+                return run.next_event()
         out = sched.schedule(now)
         duration = self._step_duration(out)
         self.in_flight = out
         self.step_start = now
+        self.deadline = now + duration
         self.num_steps += 1
         self.busy_time += duration
         self.batch_total += len(out.scheduled)
         self.num_preemptions += len(out.preempted)
         if out.kv_used_blocks > self.kv_peak_blocks:
             self.kv_peak_blocks = out.kv_used_blocks
-        return now + duration
+        return self.deadline
+
+    def on_event(self, now: float, ended: list[Sequence]) -> bool:
+        """The replica's next event, at ``now``: its step or run ended (True: it is idle now), or a
+        request of its run finished (False: the run goes on). Ended requests go to ``ended``."""
+        run = self.run
+        if run is None:
+            self.finish_step(now, ended)
+            return True
+        self._before_change(now)
+        run.sync(now, starts_at_now=False, on_start=self._count_run_step)
+        if run.finished:
+            ended.extend(run.finished)
+            run.finished.clear()
+        if not run.done:
+            return False
+        run.finish()
+        self._end_run(run)
+        return True
 
     def finish_step(self, now: float, ended: list[Sequence]) -> None:
         """End the step in flight at its deadline ``now``: release tokens; finished sequences go to ``ended``."""
@@ -240,12 +372,17 @@ class Replica:
         out = self.in_flight
         assert out is not None, "no step in flight"
         self.in_flight = None
+        self.deadline = math.inf
         result = self.scheduler.update_from_output(out, now)
         if result.finished:
             ended.extend(result.finished)
 
-    def abort(self, seq: Sequence, now: float) -> bool:
-        """The client of ``seq`` left at ``now``; False if it had already ended."""
+    def abort(self, seq: Sequence, now: float, passed: bool = False) -> bool:
+        """The client of ``seq`` left at ``now``; False if it had already ended.
+
+        A run in progress stops at the step in flight (which releases nothing to ``seq``), as the
+        stepping loop has it; the replica may then be idle (its last step ended at ``now``).
+        """
         if seq.is_finished:
             return False
         self._before_change(now)
@@ -255,4 +392,6 @@ class Replica:
             seq.status = SequenceStatus.ABORTED
             seq.finished_time = now
             return True
+        if self.run is not None:
+            self._stop_run(now, passed)
         return self.scheduler.abort(seq, now)

@@ -1,18 +1,23 @@
 """The fleet in virtual time: replicas, a router and the clients, as one event loop with no clock.
 
-Events are step ends (a heap of each busy replica's deadline), request sends (a heap of the times
-known so far) and client aborts. One instant ``T`` is handled in this order, which is
+Events are replicas' step ends (a heap of each busy replica's next event), request sends (a heap
+of the times known so far) and client aborts. One instant ``T`` is handled in this order, which is
 ``simulate()``'s order for one replica:
 
 1. every step ending at ``T`` releases its tokens; requests that ended free their client's
    concurrency slot and release the turn that follows them;
 2. requests sent at ``T`` are routed (the router reads each replica's last scrape) and join the
    chosen replica's inbox; clients leaving at ``T`` abort;
-3. every replica that ended a step at ``T``, or was idle and got a request, admits its inbox and
-   starts its next step at ``T``.
+3. every replica that ended a step at ``T``, in index order, then every replica that was idle and
+   got a request, admits its inbox and starts its next step at ``T``.
 
-Idle replicas cost nothing: only busy replicas are in the step heap, so the work per simulated
-step does not grow with the fleet's size.
+A replica in a run of decode steps (see ``replica``) is in the heap at its run's next finish or
+end only; its steps ending at ``T`` in between are phase-1 and phase-3 events all the same, so the
+loop tells it whether its step starting at ``T`` has started yet when a request sent in phase 3
+(after a refusal freed a slot) looks at it.
+
+Idle replicas cost nothing: only busy replicas are in the heap, so the work per simulated step
+does not grow with the fleet's size.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ def check_fits(fleet: FleetSpec, workload: FleetWorkload) -> None:
 class FleetSimulation:
     """One run of a workload through a fleet; build it, call :meth:`run` once."""
 
-    def __init__(self, fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False) -> None:
+    def __init__(
+        self, fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False, fast_forward: bool = True
+    ) -> None:
         check_fits(fleet, workload)
         self.fleet = fleet
         self.workload = workload
@@ -74,7 +81,8 @@ class FleetSimulation:
                 # i/N of an interval, so the fleet's view is never refreshed all at once.
                 index = len(self.replicas)
                 phase = interval * index / size
-                self.replicas.append(Replica(index, f"{group.name}/{k}", params, interval, phase, hasher))
+                name = f"{group.name}/{k}"
+                self.replicas.append(Replica(index, name, params, interval, phase, hasher, fast_forward=fast_forward))
                 self.groups.append((group.name, group.model))
         self.router = build_router(fleet.router, self.replicas, rng)
         requests = workload.requests
@@ -98,21 +106,29 @@ class FleetSimulation:
         self.in_flight = 0
         # Requests whose time has come, waiting for a free concurrency slot (in send order).
         self.blocked: deque[int] = deque()
-        self.steps: list[tuple[float, int]] = []
+        # (time, replica index, replica version): each busy replica's next event (stale if the
+        # version moved on).
+        self.events: list[tuple[float, int, int]] = []
+        # Replicas starting a step at the current instant: those whose step ended (index order),
+        # then those that were idle and got a request.
         self.starting: list[Replica] = []
+        # Of which the first ``num_ended`` ended a step; the first ``num_started`` have started
+        # (-1: not in phase 3).
+        self.num_ended = 0
+        self.num_started = -1
         self.end = 0.0
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> FleetResult:
-        steps = self.steps
+        events = self.events
         ready = self.ready
         aborts = self.aborts
         replicas = self.replicas
         starting = self.starting
         ended: list[Sequence] = []
         while True:
-            now = steps[0][0] if steps else _INF
+            now = events[0][0] if events else _INF
             if ready and ready[0][0] < now:
                 now = ready[0][0]
             if aborts and aborts[0][0] < now:
@@ -120,12 +136,18 @@ class FleetSimulation:
             if now == _INF:
                 break
             # 1. Steps ending now.
-            while steps and steps[0][0] <= now:
-                replica = replicas[heapq.heappop(steps)[1]]
-                replica.finish_step(now, ended)
-                replica.starting = True
-                starting.append(replica)
+            while events and events[0][0] <= now:
+                _, index, version = heapq.heappop(events)
+                replica = replicas[index]
+                if version != replica.version:
+                    continue  # its next event moved
                 self.end = now
+                if replica.on_event(now, ended):
+                    replica.starting = True
+                    starting.append(replica)
+                else:
+                    self._schedule(replica)
+            self.num_ended = len(starting)
             if ended:
                 self._ended(ended, now)
             # 2. Sends and aborts now.
@@ -135,14 +157,47 @@ class FleetSimulation:
             while k < len(starting):
                 replica = starting[k]
                 k += 1
-                deadline = replica.start_step(now, ended)
-                if deadline is not None:
-                    heapq.heappush(steps, (deadline, replica.index))
+                self.num_started = k
+                if replica.start_step(now, ended) is not None:
+                    self._schedule(replica)
                 if ended:
                     self._ended(ended, now)
                     self._sends_and_aborts(now, ended)
             starting.clear()
+            self.num_started = -1
         return self._result()
+
+    def _schedule(self, replica: Replica) -> None:
+        heapq.heappush(self.events, (replica.next_event(), replica.index, replica.version))
+
+    def _passed(self, replica: Replica) -> bool:
+        """Whether a step of ``replica``'s run starting at the current instant has started yet.
+
+        In phase 3 the stepping loop would start it in its place among the replicas whose step
+        ended now (index order), before the replicas that were idle.
+        """
+        k = self.num_started
+        if k <= 0:
+            return False
+        if k > self.num_ended:
+            return True
+        return replica.index < self.starting[k - 1].index
+
+    def _changed(self, replica: Replica, version: int) -> None:
+        """After a route or an abort: re-queue the replica's next event, or start it now if its run ended now."""
+        if replica.version == version:
+            return
+        if replica.busy:
+            self._schedule(replica)
+            return
+        # Its last step ended now: it starts now, in its place among the replicas whose step ended.
+        starting = self.starting
+        position = max(self.num_started, 0)
+        while position < self.num_ended and starting[position].index < replica.index:
+            position += 1
+        starting.insert(position, replica)
+        self.num_ended += 1
+        replica.starting = True
 
     def _sends_and_aborts(self, now: float, ended: list[Sequence]) -> None:
         ready = self.ready
@@ -167,12 +222,14 @@ class FleetSimulation:
         router = self.router
         if router.reads_state:
             for replica in self.replicas:
-                replica.observe(now)
+                replica.observe(now, self._passed(replica))
         replica = self.replicas[router.pick(request.prompt)]
         seq = replica.sequence(i, request, now)
         self.seqs[i] = seq
         self.replica_of[i] = replica.index
-        replica.route(seq, now)
+        version = replica.version
+        replica.route(seq, now, self._passed(replica))
+        self._changed(replica, version)
         if not replica.busy and not replica.starting:
             replica.starting = True
             self.starting.append(replica)
@@ -186,8 +243,11 @@ class FleetSimulation:
                     self.blocked.remove(i)
                 self._record_unsent(i, now)
             return
-        if self.replicas[self.replica_of[i]].abort(seq, now):
+        replica = self.replicas[self.replica_of[i]]
+        version = replica.version
+        if replica.abort(seq, now, self._passed(replica)):
             ended.append(seq)
+        self._changed(replica, version)
 
     def _ended(self, ended: list[Sequence], now: float) -> None:
         """Record requests that ended at ``now``; free their slots and release what follows them."""
@@ -277,7 +337,9 @@ class FleetSimulation:
         return FleetResult([o for o in outcomes if o is not None], reports, self.end)
 
 
-def simulate_fleet(fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False) -> FleetResult:
+def simulate_fleet(
+    fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False, fast_forward: bool = True
+) -> FleetResult:
     """Run ``workload`` through ``fleet`` in virtual time.
 
     Parameters
@@ -288,5 +350,7 @@ def simulate_fleet(fleet: FleetSpec, workload: FleetWorkload, *, keep_token_time
         The requests, how they are sent and the client-side concurrency limit.
     keep_token_times:
         Keep every token's release time in the outcomes (memory grows with the tokens; tests).
+    fast_forward:
+        Jump over runs of decode steps; False steps every one (the reference: same results).
     """
-    return FleetSimulation(fleet, workload, keep_token_times=keep_token_times).run()
+    return FleetSimulation(fleet, workload, keep_token_times=keep_token_times, fast_forward=fast_forward).run()

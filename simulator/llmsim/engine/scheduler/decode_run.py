@@ -465,12 +465,15 @@ class DecodeRun(Generic[S]):
 
     # -- cutting it short ------------------------------------------------------------------
 
-    def cut_for_arrival(self, arrival: float) -> None:
-        """A request arriving at ``arrival`` (now) joins the first step whose cutoff reaches it: end the run before it."""
+    def cut_for_arrival(self, arrival: float, started_at_now: bool = False) -> None:
+        """A request arriving at ``arrival`` (now) joins the first step whose cutoff reaches it: end the
+        run before that step (``started_at_now``: a step starting at ``arrival`` has started already)."""
         n = self.num_steps
         if self.sched.params.async_scheduling:
-            # Step j sees what arrived by the start of step j - 1.
+            # Step j sees what arrived by the start of step j - 1 (whether or not step j - 1 has started).
             joins = bisect_left(self.starts, arrival, 0, n) + 1
+        elif started_at_now:
+            joins = bisect_right(self.starts, arrival, 0, n)
         else:
             joins = bisect_left(self.starts, arrival, 0, n)
         joins = max(joins, 1)
