@@ -1,20 +1,22 @@
-"""Speed of virtual time: simulated seconds per wall-clock second, one replica and fleets.
+"""Speed of virtual time: simulated seconds per wall-clock second, stepping every step and jumping
+over runs of decode steps (the fast-forward), one replica and fleets.
 
-Four cases on the same model (default: the seed design's example GPU and model, 80 GiB, 3,000
+Six cases on the same model (default: the seed design's example GPU and model, 80 GiB, 3,000
 GB/s, 989 TFLOPS; 6.74 B parameters fp16, 512 KiB of KV per token: 7,609 blocks; or a model of a
-models.yml with --config/--model), 512-token prompts and 256 output tokens:
+models.yml with --config/--model), 512-token prompts and 256 output tokens unless said:
 
-1. baseline: ``simulate()`` (the single-replica core), Poisson arrivals at --rate for --duration;
+1. ``simulate()`` (the single-replica core), Poisson arrivals at --rate for --duration;
 2. the same workload through a one-replica fleet (``simulate_fleet``): the fleet loop's overhead;
-3. one replica at a steady batch of 64: a closed loop of 64 clients;
-4. ``simulate()`` at --fleet-rate-per-replica: one replica's share of case 5, the same small
-   batches (the scheduler's fixed cost per step weighs more in a small batch);
-5. a 16-replica fleet at moderate load behind least-requests with a 50 ms scrape: Poisson at
-   16 x --fleet-rate-per-replica. Its cost per sequence-step against case 4 is the fleet's own.
+3. one replica at a steady batch of 64: a closed loop of 64 clients (issue 12's first target);
+4. the same with 1,024 output tokens: four times the decode steps per request, so the work done
+   once per request (admission, its blocks, hashing, its record) weighs a quarter as much;
+5. ``simulate()`` at --fleet-rate-per-replica: one replica's share of case 6;
+6. a 16-replica fleet at moderate load behind least-requests with a 50 ms scrape: Poisson at
+   16 x --fleet-rate-per-replica (issue 12's second target).
 
-The unit of work is a sequence-step (one sequence in one step); each case reports its cost per
-sequence-step against the baseline's, measured in the same run. The machine is shared and
-noisy: the cases run --repeat times, interleaved, and each reports its fastest run.
+Each case runs stepped (``fast_forward=False``) and jumping (the default), --repeat times,
+interleaved, and each reports its fastest run; the two must give the same results (checked).
+The machine is shared and noisy: compare the two columns of one run, not runs of different days.
 
     .venv/bin/python bench/bench_plan.py [--rate 20] [--duration 120] [--repeat 3] [--quick]
 
@@ -25,16 +27,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, WorkloadItem, poisson_workload, simulate
 from llmsim.fleet import (
     FleetSpec,
+    FleetWorkload,
     ReplicaGroup,
     RouterSpec,
     WorkloadShape,
@@ -51,7 +56,10 @@ SEED = SchedulerParams(
     model=ModelSpec(num_parameters=6.74e9, weight_bytes=6.74e9 * 2, kv_bytes_per_token=524_288),
     context_length=32768,
 )
-PROMPT, OUTPUT = 512, 256
+PROMPT, OUTPUT, LONG_OUTPUT = 512, 256, 1024
+
+#: (simulated seconds, requests, steps, sequence-steps, a fingerprint of the results)
+Outcome = tuple[float, int, int, int, Any]
 
 
 def params_for(config: str | None, model: str | None) -> tuple[str, SchedulerParams]:
@@ -63,14 +71,14 @@ def params_for(config: str | None, model: str | None) -> tuple[str, SchedulerPar
     return model, scheduler_params(load_models_config(config), model)
 
 
-def timed(run: Callable[[], tuple[float, int, int, int]], best: dict[str, Any] | None) -> dict[str, Any]:
-    """Run a case: (simulated seconds, requests, steps, sequence-steps); keep the fastest of its runs."""
+def timed(run: Callable[[], Outcome], best: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
+    """Run a case once; keep the fastest of its runs. Returns the record and this run's fingerprint."""
     start = time.perf_counter()
-    simulated, requests, steps, seq_steps = run()
+    simulated, requests, steps, seq_steps, fingerprint = run()
     wall = time.perf_counter() - start
     if best is not None and best["wall_s"] <= wall:
         best["runs"] += 1
-        return best
+        return best, fingerprint
     return {
         "runs": 1 if best is None else best["runs"] + 1,
         "simulated_s": simulated,
@@ -81,15 +89,16 @@ def timed(run: Callable[[], tuple[float, int, int, int]], best: dict[str, Any] |
         "mean_batch": seq_steps / steps if steps else 0.0,
         "sequence_steps": seq_steps,
         "us_per_sequence_step": wall / seq_steps * 1e6 if seq_steps else None,
-    }
+        "us_per_request": wall / requests * 1e6 if requests else None,
+    }, fingerprint
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rate", type=float, default=20.0, help="baseline Poisson arrivals per second")
+    ap.add_argument("--rate", type=float, default=20.0, help="case 1: Poisson arrivals per second")
     ap.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals (simulated)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per case, interleaved; the fastest counts")
-    ap.add_argument("--closed-requests", type=int, default=64 * 40, help="requests of the batch-64 closed loop")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case and mode, interleaved; the fastest counts")
+    ap.add_argument("--closed-requests", type=int, default=64 * 40, help="requests of the batch-64 closed loops")
     ap.add_argument("--fleet-rate-per-replica", type=float, default=10.0, help="16-replica fleet: req/s per replica")
     ap.add_argument("--fleet-duration", type=float, default=120.0, help="16-replica fleet: seconds of arrivals")
     ap.add_argument("--quick", action="store_true", help="a tenth of every duration and count (a smoke run)")
@@ -102,60 +111,74 @@ def main() -> int:
 
     name, params = params_for(args.config, args.model)
     items = poisson_workload(args.rate, args.duration * scale, PROMPT, OUTPUT, args.seed)
-
     share = poisson_workload(args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, args.seed)
 
-    def single(workload: list[WorkloadItem]) -> tuple[float, int, int, int]:
-        result = simulate(params, workload)
+    def single(workload: list[WorkloadItem], fast_forward: bool) -> Outcome:
+        result = simulate(params, workload, fast_forward=fast_forward)
         s = result.summary()
-        return s.duration, s.num_requests, s.num_steps, sum(step.batch_size for step in result.steps)
+        steps = sum(step.batch_size for step in result.steps)
+        return s.duration, s.num_requests, s.num_steps, steps, [r.token_times for r in result.requests]
 
-    def fleet_run(fleet: FleetSpec, workload: Any) -> tuple[float, int, int, int]:
-        result = simulate_fleet(fleet, workload)
+    def fleet_run(fleet: FleetSpec, workload: FleetWorkload, fast_forward: bool) -> Outcome:
+        result = simulate_fleet(fleet, workload, fast_forward=fast_forward)
         s = result.summary()
-        return (
-            s.duration,
-            s.num_requests,
-            sum(r.num_steps for r in result.replicas),
-            sum(r.batch_total for r in result.replicas),
-        )
+        steps = sum(r.num_steps for r in result.replicas)
+        fingerprint = ([(o.replica, o.ttft, o.e2e, o.tpot) for o in result.requests], s.latencies)
+        return s.duration, s.num_requests, steps, sum(r.batch_total for r in result.replicas), fingerprint
 
     one = FleetSpec((ReplicaGroup(name, name, params, 1),), RouterSpec("round-robin", 0.0))
     sixteen = FleetSpec((ReplicaGroup(name, name, params, 16),), RouterSpec("least-requests", 0.05))
     fleet_shape = WorkloadShape(
         16 * args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, seed=args.seed
     )
-    runs: dict[str, Callable[[], tuple[float, int, int, int]]] = {
-        f"baseline: simulate(), Poisson {args.rate:g}/s": lambda: single(items),
-        "one-replica fleet, same workload": lambda: fleet_run(one, from_items(items)),
-        "one replica, closed loop of 64": lambda: fleet_run(
-            one, closed_loop(64, int(args.closed_requests * scale), PROMPT, OUTPUT)
-        ),
-        f"simulate(), Poisson {args.fleet_rate_per_replica:g}/s (one replica's share)": lambda: single(share),
-        f"16 replicas, least-requests, Poisson {fleet_shape.rate:g}/s": lambda: fleet_run(
-            sixteen, generate(fleet_shape)
+    closed = int(args.closed_requests * scale)
+    as_fleet = from_items(items)
+    closed_short = closed_loop(64, closed, PROMPT, OUTPUT)
+    closed_long = closed_loop(64, closed // 4, PROMPT, LONG_OUTPUT)
+    fleet_workload = generate(fleet_shape)
+    runs: dict[str, Callable[[bool], Outcome]] = {
+        f"simulate(), Poisson {args.rate:g}/s": lambda ff: single(items, ff),
+        "one-replica fleet, same workload": lambda ff: fleet_run(one, as_fleet, ff),
+        "one replica, closed loop of 64": lambda ff: fleet_run(one, closed_short, ff),
+        f"the same, {LONG_OUTPUT:,} output tokens": lambda ff: fleet_run(one, closed_long, ff),
+        f"simulate(), Poisson {args.fleet_rate_per_replica:g}/s (1/16 of the fleet)": lambda ff: single(share, ff),
+        f"16 replicas, least-requests, Poisson {fleet_shape.rate:g}/s": lambda ff: fleet_run(
+            sixteen, fleet_workload, ff
         ),
     }
-    cases: dict[str, dict[str, Any]] = {}
+    cases: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in runs}
     for _ in range(args.repeat):
         for label, run in runs.items():
-            cases[label] = timed(run, cases.get(label))
-    base_cost = next(iter(cases.values()))["us_per_sequence_step"]
-    print(f"virtual-time speed, {name}, {PROMPT}-token prompts, {OUTPUT} output tokens")
+            fingerprints = []
+            for mode, ff in (("stepped", False), ("jumped", True)):
+                cases[label][mode], fingerprint = timed(partial(run, ff), cases[label].get(mode))
+                fingerprints.append(fingerprint)
+            if fingerprints[0] != fingerprints[1]:
+                raise SystemExit(f"{label}: jumping gave other results than stepping")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"{'case':<46}{'requests':>9}{'steps':>10}{'batch':>7}{'simulated':>11}{'wall':>8}{'x real':>8}{'us/seq-step':>13}{'vs base':>9}"
+        f"virtual-time speed, {name}, {PROMPT}-token prompts, {OUTPUT} output tokens unless said (load average {load:.1f})"
     )
-    for label, c in cases.items():
-        c["cost_vs_baseline"] = c["us_per_sequence_step"] / base_cost if base_cost else None
+    print(
+        f"{'case':<52}{'requests':>9}{'steps':>10}{'batch':>7}{'simulated':>11}"
+        f"{'x real: stepped':>17}{'jumped':>8}{'speed-up':>10}{'us/request':>12}"
+    )
+    for label, modes in cases.items():
+        stepped, jumped = modes["stepped"], modes["jumped"]
+        speedup = stepped["wall_s"] / jumped["wall_s"]
+        modes["speedup_from_fast_forward"] = {"value": speedup}
         print(
-            f"{label:<52}{c['requests']:>9,}{c['steps']:>10,}{c['mean_batch']:>7.1f}{c['simulated_s']:>10,.0f}s"
-            f"{c['wall_s']:>7.1f}s{c['speedup']:>8,.0f}{c['us_per_sequence_step']:>13.2f}{c['cost_vs_baseline']:>9.2f}"
+            f"{label:<52}{jumped['requests']:>9,}{jumped['steps']:>10,}{jumped['mean_batch']:>7.1f}"
+            f"{jumped['simulated_s']:>10,.0f}s{stepped['speedup']:>17,.0f}{jumped['speedup']:>8,.0f}"
+            f"{speedup:>9.1f}x{jumped['us_per_request']:>12,.0f}"
         )
+    print("(both modes gave the same results in every run)")
     body: dict[str, Any] = {
         "model": name,
         "prompt_tokens": PROMPT,
         "output_tokens": OUTPUT,
         "quick": args.quick,
+        "load_average": load,
         "cases": cases,
         "python": platform.python_version(),
         "machine": platform.machine(),

@@ -180,28 +180,41 @@ class BlockHasher:
         else:
             hashes, partial, filled, parent = [], (), 0, _ROOT
         bs = self.block_size
+        append = hashes.append
         for i in range(k, len(segments)):
             segment = segments[i]
             ids = segment.ids
-            code = self._code(segment.key) if ids is None else 0
-            offset = 0
+            code = self._code(segment.key) if ids is None else _IDS
             length = segment.length
-            # One iteration per block the segment touches.
-            while offset < length:
-                end = min(offset + bs - filled, length)
+            offset = 0
+            if filled and length:
+                # Complete the block the previous segments started.
+                offset = min(bs - filled, length)
                 if ids is None:
-                    partial += ((code, offset, end),)
-                elif partial and partial[-1][0] == _IDS:
+                    partial += ((code, 0, offset),)
+                elif partial[-1][0] == _IDS:
                     # Ids are content: a block's ids give one piece however segments split them.
-                    partial = (*partial[:-1], (_IDS, partial[-1][1] + ids[offset:end]))
+                    partial = (*partial[:-1], (_IDS, partial[-1][1] + ids[:offset]))
                 else:
-                    partial += ((_IDS, ids[offset:end]),)
-                filled += end - offset
-                offset = end
+                    partial += ((_IDS, ids[:offset]),)
+                filled += offset
                 if filled == bs:
                     parent = hash((parent, partial))
-                    hashes.append(parent.to_bytes(8, "big", signed=True))
+                    append(parent.to_bytes(8, "big", signed=True))
                     partial, filled = (), 0
+            # Whole blocks of this segment: one hash each (P / block_size per prompt).
+            whole = offset + (length - offset) // bs * bs
+            if ids is None:
+                for o in range(offset, whole, bs):
+                    parent = hash((parent, ((code, o, o + bs),)))
+                    append(parent.to_bytes(8, "big", signed=True))
+            else:
+                for o in range(offset, whole, bs):
+                    parent = hash((parent, ((_IDS, ids[o : o + bs]),)))
+                    append(parent.to_bytes(8, "big", signed=True))
+            if whole < length:
+                partial = ((code, whole, length) if ids is None else (_IDS, ids[whole:length]),)
+                filled = length - whole
             if i == 0 and len(segments) > 1:
                 # The first segment (a system prompt, a conversation's opening) is what others share.
                 memo[segments[:1]] = (list(hashes), partial, filled, parent)

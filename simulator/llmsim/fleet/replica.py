@@ -164,9 +164,9 @@ class Replica:
             k -= 1
         return k
 
-    def observe(self, now: float, passed: bool = False) -> None:
+    def observe(self, now: float, passed: bool = False, *, prefix_cache: bool = True) -> None:
         """Bring the router's view to ``now``: the last scrape at or before it (live state if interval 0),
-        and the prefix cache to ``now``."""
+        and, if asked, the prefix cache to ``now`` (for :meth:`cached_prefix_tokens`)."""
         if self._interval == 0.0:
             self._sync(now, passed)
             self._scrape()
@@ -178,7 +178,8 @@ class Replica:
             self._sync(at, True) if at < now else self._sync(now, passed)
             self._scrape()
             self._scrape_index = k + 1
-        self._sync(now, passed)
+        if prefix_cache:
+            self._sync(now, passed)
 
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
         """Tokens at the start of ``prompt`` this replica's prefix cache holds (whole blocks), as of
@@ -241,19 +242,24 @@ class Replica:
         """Apply the run's steps up to ``now`` (between the replica's events: no one finishes)."""
         run = self.run
         if run is not None:
-            run.sync(now, starts_at_now=starts_at_now, on_start=self._count_run_step)
+            started = run.num_starts
+            run.sync(now, starts_at_now=starts_at_now)
             assert not run.finished, "a finish inside a run is an event of its own"
+            if run.num_starts != started:
+                self._count_run_steps(run, started)
 
-    def _count_run_step(self, j: int) -> None:
-        """A step of the run started: the counters a stepped step adds at its start."""
-        run = self.run
-        assert run is not None
-        self.num_steps += 1
-        self.busy_time += run.durations[j]
-        self.batch_total += run.batch[j]
-        used = run.used_after_start[j]
-        if used > self.kv_peak_blocks:
-            self.kv_peak_blocks = used
+    def _count_run_steps(self, run: DecodeRun[Sequence], first: int) -> None:
+        """Steps ``first`` to the last started one of ``run`` started: the counters stepped steps add."""
+        last = run.num_starts
+        self.num_steps += last - first
+        busy = self.busy_time
+        # Summed one by one, in the stepping loop's order (the same float).
+        for duration in run.durations[first:last]:
+            busy += duration
+        self.busy_time = busy
+        self.batch_total += sum(run.batch[first:last])
+        if run.peak_used > self.kv_peak_blocks:
+            self.kv_peak_blocks = run.peak_used
 
     def _end_run(self, run: DecodeRun[Sequence]) -> None:
         self.step_start = run.last_start
@@ -333,7 +339,7 @@ class Replica:
             run = DecodeRun.plan(sched, now, self.step_start, next_arrival=later)
             if run is not None:
                 self.run = run
-                self._count_run_step(0)
+                self._count_run_steps(run, 0)
                 return run.next_event()
         out = sched.schedule(now)
         duration = self._step_duration(out)
@@ -356,10 +362,15 @@ class Replica:
             self.finish_step(now, ended)
             return True
         self._before_change(now)
-        run.sync(now, starts_at_now=False, on_start=self._count_run_step)
+        started = run.num_starts
+        run.sync(now, starts_at_now=False)
+        if run.num_starts != started:
+            self._count_run_steps(run, started)
         if run.finished:
             ended.extend(run.finished)
             run.finished.clear()
+        # At the end of the steps planned so far: plan the next ones (none if the run is over).
+        run.on_end_of_plan()
         if not run.done:
             return False
         run.finish()

@@ -54,6 +54,8 @@ class Router(ABC):
     policy: ClassVar[RouterPolicy]
     # False for routers that never read a replica's metrics (the fleet then skips the scrape).
     reads_state: ClassVar[bool] = True
+    # True for routers that ask replicas for cached prefixes (their caches are then brought to now).
+    reads_prefix_cache: ClassVar[bool] = False
 
     def __init__(self, replicas: Sequence[ReplicaView], rng: random.Random) -> None:
         self.replicas = replicas
@@ -113,6 +115,7 @@ class PrefixAffinity(Router):
     """Longest cached prefix wins; among equals, fewest requests; then random."""
 
     policy = "prefix-affinity"
+    reads_prefix_cache = True
 
     def pick(self, prompt: Prompt) -> int:
         cached = [r.cached_prefix_tokens(prompt) for r in self.replicas]
@@ -140,6 +143,7 @@ class Weighted(Router):
     """
 
     policy = "weighted"
+    reads_prefix_cache = True
 
     def __init__(self, replicas: Sequence[ReplicaView], rng: random.Random, weights: ScorerWeights) -> None:
         super().__init__(replicas, rng)

@@ -29,6 +29,7 @@ from collections import deque
 from operator import sub
 
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.engine.scheduler.virtual import collector_paused
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
 from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
@@ -221,8 +222,9 @@ class FleetSimulation:
         self.in_flight += 1
         router = self.router
         if router.reads_state:
+            live = router.reads_prefix_cache
             for replica in self.replicas:
-                replica.observe(now, self._passed(replica))
+                replica.observe(now, self._passed(replica), prefix_cache=live)
         replica = self.replicas[router.pick(request.prompt)]
         seq = replica.sequence(i, request, now)
         self.seqs[i] = seq
@@ -353,4 +355,5 @@ def simulate_fleet(
     fast_forward:
         Jump over runs of decode steps; False steps every one (the reference: same results).
     """
-    return FleetSimulation(fleet, workload, keep_token_times=keep_token_times, fast_forward=fast_forward).run()
+    with collector_paused():
+        return FleetSimulation(fleet, workload, keep_token_times=keep_token_times, fast_forward=fast_forward).run()

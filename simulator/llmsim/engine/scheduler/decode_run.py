@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput
@@ -48,8 +49,35 @@ S = TypeVar("S", bound=Sequence)
 _RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
 
-#: Called with a step's index in the run once its start (``on_start``) or end (``on_end``) is applied.
+#: Called with a step's index in the run once its end is applied.
 StepHook = Callable[[int], None]
+
+#: Steps planned when a run starts; each extension plans as many again as are planned already.
+#: A fleet's replica is often cut short by the next request routed to it: planning in chunks
+#: keeps the work spent on steps that never happen to a fraction.
+FIRST_CHUNK = 16
+
+
+@dataclass(slots=True)
+class _Plan(Generic[S]):
+    """Where a run's planning stopped: what the next steps are planned from."""
+
+    probe: SchedulerOutput[S]
+    # Steps the run may reach at most (the last finish, or the first one if someone waits).
+    horizon: int
+    waiting: bool
+    next_arrival: float
+    next_abort: float
+    # Free blocks at the start, and blocks the planned steps allocate (frees not counted).
+    free: int
+    allocs_at: list[int]
+    stores_at: list[int]
+    batch: int
+    computed: int
+    # Start of the next step to plan, and of the step before it.
+    t: float
+    previous: float
+    allocated: int = 0
 
 
 def _known_tokens(seq: Sequence, block_size: int) -> int:
@@ -102,6 +130,7 @@ class DecodeRun(Generic[S]):
         "_lora_steps",
         "_next_finish",
         "_o0",
+        "_plan",
         "_stores",
         "batch",
         "context",
@@ -111,10 +140,10 @@ class DecodeRun(Generic[S]):
         "num_ends",
         "num_starts",
         "num_steps",
+        "peak_used",
         "sched",
         "seqs",
         "starts",
-        "used_after_start",
     )
 
     def __init__(self, sched: Scheduler[S], seqs: list[S]) -> None:
@@ -133,8 +162,8 @@ class DecodeRun(Generic[S]):
         self.durations: list[float] = []
         self.batch: list[int] = []
         self.context: list[int] = []
-        # Blocks in use once each started step has allocated (the step's kv_used_blocks).
-        self.used_after_start: list[int] = []
+        # Most blocks in use during any started step (after its allocations).
+        self.peak_used = 0
         # Positions finishing at the end of each step (running order), and those steps in order.
         self._finishing: dict[int, list[int]] = {}
         self._finish_steps: list[int] = []
@@ -149,6 +178,8 @@ class DecodeRun(Generic[S]):
         self.num_ends = 0
         # Sequences that finished in applied steps, for the caller to collect.
         self.finished: list[S] = []
+        # Where planning stopped, while more steps may follow (None: the run ends at num_steps).
+        self._plan: _Plan[S] | None = None
 
     # -- planning -------------------------------------------------------------------------
 
@@ -196,21 +227,17 @@ class DecodeRun(Generic[S]):
         if waiting and _admits_any(sched, params.max_batch_tokens - batch):
             return None
         run: DecodeRun[S] = cls(sched, list(running))
-        if not run._plan_steps(start, previous_start, waiting, next_arrival, next_abort, min_steps):
+        run._prepare(start, previous_start, waiting, next_arrival, next_abort)
+        run.extend(max(min_steps, FIRST_CHUNK))
+        if run.num_steps < min_steps:
             return None
-        run._start(0)
-        run.num_starts = 1
+        run.advance(1, 0)
         return run
 
-    def _plan_steps(
-        self,
-        start: float,
-        previous_start: float,
-        waiting: bool,
-        next_arrival: float,
-        next_abort: float,
-        min_steps: int,
-    ) -> bool:
+    def _prepare(
+        self, start: float, previous_start: float, waiting: bool, next_arrival: float, next_abort: float
+    ) -> None:
+        """Who allocates, caches and finishes in which step; the state :meth:`extend` plans from."""
         sched = self.sched
         kv = sched.kv
         bs = kv.block_size
@@ -238,40 +265,75 @@ class DecodeRun(Generic[S]):
         self._allocs = allocs
         self._stores = stores
         self._finish_steps = sorted(finishing)
-        allocs_at = [len(a) for a in allocs]
-        stores_at = [len(x) for x in stores]
-        # With a queue, the first finish may let its head in: stop after that step.
-        horizon = (self._finish_steps[0] if waiting else self._finish_steps[-1]) + 1
         if sched.params.lora is not None:
             self._lora_steps.add(0)
-        async_scheduling = sched.params.async_scheduling
-        step_duration = sched.step_duration
+        # With a queue, the first finish may let its head in: stop after that step.
+        horizon = (self._finish_steps[0] if waiting else self._finish_steps[-1]) + 1
         # One output reused for pricing every step: the step's shape as the scheduler would build it.
         probe: SchedulerOutput[S] = SchedulerOutput(self._first_index)
         probe.scheduled = seqs
-        free = kv.num_free
-        allocated = 0
-        batch = len(seqs)
-        computed = sum(c0)
-        t = start
-        previous = previous_start
+        self._plan = _Plan(
+            probe=probe,
+            horizon=horizon,
+            waiting=waiting,
+            next_arrival=next_arrival,
+            next_abort=next_abort,
+            free=kv.num_free,
+            allocs_at=[len(a) for a in allocs],
+            stores_at=[len(x) for x in stores],
+            batch=len(seqs),
+            computed=sum(c0),
+            t=start,
+            previous=previous_start,
+        )
+
+    def extend(self, count: int) -> None:
+        """Plan up to ``count`` more steps (fewer if the run must end sooner)."""
+        plan = self._plan
+        if plan is None:
+            return
+        sched = self.sched
+        bs = sched.kv.block_size
+        seqs = self.seqs
+        c0 = self._c0
+        last = self._last
+        known = self._known
+        stores = self._stores
+        async_scheduling = sched.params.async_scheduling
+        step_duration = sched.step_duration
+        probe = plan.probe
+        allocs_at = plan.allocs_at
+        stores_at = plan.stores_at
+        waiting = plan.waiting
+        next_arrival = plan.next_arrival
+        next_abort = plan.next_abort
+        free = plan.free
+        allocated = plan.allocated
+        batch = plan.batch
+        computed = plan.computed
+        t = plan.t
+        previous = plan.previous
         starts = self.starts
         ends = self.ends
         durations = self.durations
         sizes = self.batch
         contexts = self.context
         finishing = self._finishing
-        j = 0
+        j = self.num_steps
+        stop = min(plan.horizon, j + count)
+        over = False
         # Once per step of the run: a handful of integer and float operations.
-        while j < horizon:
+        while j < stop:
             # The scheduler is busy at every step of a run (someone is still running).
             if j and (previous if async_scheduling else t) >= next_arrival:
+                over = True
                 break
             r = j % bs
-            allocated += allocs_at[r]
-            if allocated > free:
+            if allocated + allocs_at[r] > free:
+                over = True
                 break
             if waiting and stores_at[r] and any(last[p] >= j and c0[p] + j + 1 <= known[p] for p in stores[r]):
+                over = True
                 break
             context = computed + batch * (j + 1)
             probe.num_decode_tokens = batch
@@ -279,7 +341,9 @@ class DecodeRun(Generic[S]):
             duration = step_duration(probe)
             end = t + duration
             if end > next_abort:
+                over = True
                 break
+            allocated += allocs_at[r]
             starts.append(t)
             ends.append(end)
             durations.append(duration)
@@ -291,7 +355,7 @@ class DecodeRun(Generic[S]):
                     batch -= 1
                     computed -= c0[p]
                     allocs_at[-c0[p] % bs] -= 1
-                    if known[p] > c0[p] + 1:
+                    if known[p] > c0[p]:
                         stores_at[(-c0[p] - 1) % bs] -= 1
                 probe.scheduled = [s for p, s in enumerate(seqs) if last[p] > j]
                 if self._lora_steps and any(seqs[p].lora_name is not None for p in done):
@@ -299,10 +363,15 @@ class DecodeRun(Generic[S]):
             previous = t
             t = end
             j += 1
-        if j < min_steps:
-            return False
         self.num_steps = j
-        return True
+        if over or j >= plan.horizon:
+            self._plan = None
+            return
+        plan.allocated = allocated
+        plan.batch = batch
+        plan.computed = computed
+        plan.t = t
+        plan.previous = previous
 
     # -- applying it ----------------------------------------------------------------------
 
@@ -317,8 +386,13 @@ class DecodeRun(Generic[S]):
 
     @property
     def done(self) -> bool:
-        """Every step started and ended."""
-        return self.num_ends == self.num_steps
+        """Every step planned, started and ended: nothing is left of the run."""
+        return self._plan is None and self.num_ends == self.num_steps
+
+    def on_end_of_plan(self) -> None:
+        """The caller reached the end of the steps planned so far: plan more, twice as many."""
+        if self._plan is not None and self.num_ends == self.num_steps:
+            self.extend(max(FIRST_CHUNK, self.num_steps))
 
     def next_event(self) -> float:
         """When the caller must next look: the end of the next step in which someone finishes, or the run's end."""
@@ -331,46 +405,59 @@ class DecodeRun(Generic[S]):
             return self.ends[steps[k]]
         return self.end
 
-    def sync(
-        self, now: float, *, starts_at_now: bool, on_start: StepHook | None = None, on_end: StepHook | None = None
-    ) -> None:
+    def sync(self, now: float, *, starts_at_now: bool, on_end: StepHook | None = None) -> None:
         """Apply every step end at or before ``now`` and every step start before it (at it too if
         ``starts_at_now``: a scrape at ``now`` settled later sees the step that started then)."""
         n = self.num_steps
+        k = self.num_starts
+        # Most calls (a router looking at every replica) find nothing due.
+        if (k >= n or self.starts[k] > now or (self.starts[k] == now and not starts_at_now)) and (
+            self.num_ends >= n or self.ends[self.num_ends] > now
+        ):
+            return
         starts = bisect_right(self.starts, now, 0, n) if starts_at_now else bisect_left(self.starts, now, 0, n)
-        self.advance(max(starts, self.num_starts), bisect_right(self.ends, now, 0, n), on_start, on_end)
+        self.advance(max(starts, k), bisect_right(self.ends, now, 0, n), on_end)
 
-    def run_to_end(self, on_start: StepHook | None = None, on_end: StepHook | None = None) -> None:
-        """Apply every step, then bring the sequences still running to the run's end."""
-        self.advance(self.num_steps, self.num_steps, on_start, on_end)
+    def run_to_end(self, on_end: StepHook | None = None) -> None:
+        """Plan and apply every step, then bring the sequences still running to the run's end."""
+        while True:
+            self.advance(self.num_steps, self.num_steps, on_end)
+            if self._plan is None:
+                break
+            self.on_end_of_plan()
         self.finish()
 
-    def advance(
-        self, num_starts: int, num_ends: int, on_start: StepHook | None = None, on_end: StepHook | None = None
-    ) -> None:
+    def advance(self, num_starts: int, num_ends: int, on_end: StepHook | None = None) -> None:
         """Apply starts up to ``num_starts`` and ends up to ``num_ends``, interleaved as in time."""
+        kv = self.sched.kv
+        finishing = self._finishing
+        first = self.num_starts
+        # Once per step of the run: a start (allocations every block_size steps per sequence)
+        # and an end (nothing, unless someone finishes).
         while True:
             if self.num_starts == self.num_ends:
                 j = self.num_starts
                 if j >= num_starts:
-                    return
+                    break
                 self._start(j)
                 self.num_starts = j + 1
-                if on_start is not None:
-                    on_start(j)
+                used = kv.num_used
+                if used > self.peak_used:
+                    self.peak_used = used
             else:
                 j = self.num_ends
                 if j >= num_ends:
-                    return
-                self._end(j)
+                    break
+                if j in finishing:
+                    self._end(j)
                 self.num_ends = j + 1
                 if on_end is not None:
                     on_end(j)
+        self.sched.num_steps += self.num_starts - first
 
     def _start(self, j: int) -> None:
         """Step ``j`` is scheduled: its block allocations and cache stores, in batch order."""
         sched = self.sched
-        sched.num_steps += 1
         if j in self._lora_steps:
             # The same touches _make_output makes for this batch (the LRU order of adapters).
             active = [s for p, s in enumerate(self.seqs) if self._last[p] >= j]
@@ -378,34 +465,36 @@ class DecodeRun(Generic[S]):
                 assert name in sched.loaded_loras, "a run's adapters are all loaded"
                 sched.load_lora(name)  # most recently used, as _make_output's touch
         kv = sched.kv
+        r = j % kv.block_size
+        allocs = self._allocs[r]
+        stores = self._stores[r]
+        if not allocs and not stores:
+            return
         seqs = self.seqs
         c0 = self._c0
         last = self._last
-        r = j % kv.block_size
-        stores = self._stores[r]
         if not stores:
             # Each sequence once every block_size steps: a few per step.
-            for p in self._allocs[r]:
+            for p in allocs:
                 if last[p] >= j:  # not finished earlier in the run
                     seq = seqs[p]
                     seq.num_computed_tokens = c0[p] + j
                     allocated = kv.allocate_slots(seq, 1)
                     assert allocated, "a run never allocates more than the free blocks"
-        else:
-            # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.
-            known = self._known
-            allocating = set(self._allocs[r])
-            for p in sorted(allocating.union(stores)):
-                if last[p] < j:
-                    continue
-                seq = seqs[p]
-                if p in allocating:
-                    seq.num_computed_tokens = c0[p] + j
-                    allocated = kv.allocate_slots(seq, 1)
-                    assert allocated, "a run never allocates more than the free blocks"
-                if c0[p] + j + 1 <= known[p] and (c0[p] + j + 1) % kv.block_size == 0:
-                    kv.cache_blocks(seq, c0[p] + j + 1)
-        self.used_after_start.append(kv.num_used)
+            return
+        # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.
+        known = self._known
+        allocating = set(allocs)
+        for p in sorted(allocating.union(stores)):
+            if last[p] < j:
+                continue
+            seq = seqs[p]
+            if p in allocating:
+                seq.num_computed_tokens = c0[p] + j
+                allocated = kv.allocate_slots(seq, 1)
+                assert allocated, "a run never allocates more than the free blocks"
+            if c0[p] + j + 1 <= known[p] and (c0[p] + j + 1) % kv.block_size == 0:
+                kv.cache_blocks(seq, c0[p] + j + 1)
 
     def _end(self, j: int) -> None:
         """Step ``j`` ends: everyone releases a token; those at their last free their blocks."""
@@ -458,9 +547,15 @@ class DecodeRun(Generic[S]):
         assert self.done, "the run has steps left"
         k = self.num_steps
         times = self.ends[:k]
+        c0 = self._c0
+        o0 = self._o0
+        # Once per sequence per run (as _bring, inlined).
         for p, last in enumerate(self._last):
             if last >= k:
-                self._bring(p, k, k, times)
+                seq = self.seqs[p]
+                seq.num_computed_tokens = c0[p] + k
+                seq.num_output_tokens = o0[p] + k
+                seq.token_times.extend(times)
         self.sched.kv.check()
 
     # -- cutting it short ------------------------------------------------------------------
@@ -477,14 +572,19 @@ class DecodeRun(Generic[S]):
         else:
             joins = bisect_left(self.starts, arrival, 0, n)
         joins = max(joins, 1)
-        if joins < n:
+        if joins <= n:
             assert joins >= self.num_starts, "an arrival cannot join a step that has started"
             self.num_steps = joins
+            self._plan = None
+        elif self._plan is not None:
+            # Beyond the steps planned so far: plan no further than the step it joins.
+            self._plan.horizon = min(self._plan.horizon, joins)
 
     def stop(self) -> SchedulerOutput[S] | None:
         """End the run at the last started step: it becomes an ordinary step in flight (returned), or,
         if it has ended too, the run is over (None). Call after :meth:`sync` to the present."""
         j = self.num_starts - 1
+        self._plan = None
         if self.num_ends > j:
             self.num_steps = j + 1
             self.finish()
@@ -498,5 +598,5 @@ class DecodeRun(Generic[S]):
                 out.scheduled.append(self.seqs[p])
         out.num_decode_tokens = self.batch[j]
         out.num_context_tokens = self.context[j]
-        out.kv_used_blocks = self.used_after_start[j]
+        out.kv_used_blocks = self.sched.kv.num_used
         return out

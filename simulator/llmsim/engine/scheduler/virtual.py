@@ -10,8 +10,10 @@ and most of the tests run here.
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from llmsim.engine.base import EngineObserver
@@ -148,6 +150,24 @@ def _sequences(params: SchedulerParams, items: list[WorkloadItem], sched: Schedu
     return seqs
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a virtual-time loop.
+
+    The loop allocates millions of small objects that hold no cycles (token times, step records,
+    tuples), so reference counting frees them all; the cyclic collector would only walk the
+    growing heap again and again (measured: 25-35 % of a fleet run). Anything cyclic made
+    meanwhile is collected when the collector resumes.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def simulate(
     params: SchedulerParams,
     workload: Iterable[WorkloadItem],
@@ -175,7 +195,17 @@ def simulate(
         Jump over runs of decode steps (:class:`~.decode_run.DecodeRun`); False steps every one
         (the reference the fast-forward is tested and benchmarked against: same results).
     """
-    items = list(workload)
+    with collector_paused():
+        return _simulate(params, list(workload), audit, observer, fast_forward)
+
+
+def _simulate(
+    params: SchedulerParams,
+    items: list[WorkloadItem],
+    audit: bool,
+    observer: EngineObserver | None,
+    fast_forward: bool,
+) -> SimulationResult:
     n = len(items)
     sched: Scheduler[Sequence] = Scheduler(params)
     seqs = _sequences(params, items, sched)
@@ -271,7 +301,7 @@ def _run_to_end(run: DecodeRun[Sequence], steps: list[StepStats], observer: Engi
             sched.kv.audit(sched.running)
 
     run.run_to_end(on_end=ended)
-    return max(run.used_after_start)
+    return run.peak_used
 
 
 def _result(index: int, seq: Sequence) -> RequestResult:
