@@ -54,7 +54,7 @@ envtest:
 e2e: $(VENV)/.installed-dev
 	E2E=1 $(BIN)/pytest e2e $(PYTEST_ARGS)
 
-# Every benchmark, then the experiments E1-E7 (about 10 minutes; figures in bench/results/).
+# Every benchmark, then the experiments E1-E8 (about 10 minutes; figures in bench/results/).
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 

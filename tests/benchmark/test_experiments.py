@@ -113,3 +113,17 @@ def test_unknown_experiments_are_named() -> None:
     assert [e.id for e in select(["e3", "E1"])] == ["E1", "E3"]
     with pytest.raises(ValueError, match="E9"):
         select(["E9"])
+
+
+def test_e8_predicts_the_hits_and_one_step_for_the_whole_burst(tmp_path: Path) -> None:
+    got = values("E8", tmp_path)
+    # 16 prompts of 6,144 + 128 tokens: the first computes everything, the other 15 hit the system
+    # prompt's 384 blocks (cached as the first one's chunk is scheduled, in the same step).
+    assert got["caching-on"]["prefix cache hit rate"] == 15 * 6144 / (16 * 6272)
+    assert got["caching-off"]["prefix cache hit rate"] == 0.0
+    # With caching all 16 fit one step of 6,272 + 15 x 128 = 8,192 tokens, right after the gate's
+    # 8,192: two compute-bound full-budget steps from 0, the burst sent at 0.1 s.
+    step = 2 * PARAMS * 8192 / FLOPS
+    assert got["caching-on"]["TTFT p50"] == pytest.approx(2 * step - 0.1, rel=1e-9)
+    # Without, the 100,352 prompt tokens take 13 such steps: the median request waits over 6.
+    assert got["caching-off"]["TTFT p50"] > 6 * step

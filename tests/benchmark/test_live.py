@@ -103,3 +103,29 @@ def test_a_trace_with_a_hang_up_and_chat_prompts_confirmed_by_usage(tmp_path: Pa
     assert c["completed"] == 4
     assert c["prompt_mismatches"] == 0
     assert chat["server"]["prompt_tokens"] == 4 * 50
+
+
+def test_a_fleet_prediction_and_the_prefix_cache_hits_the_server_reports(tmp_path: Path) -> None:
+    # The server reports cached tokens in usage; the prediction is a one-replica fleet of the same model.
+    config = CONFIG.replace("    scheduler:", "    enable_prompt_tokens_details: true\n    scheduler:")
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text(
+        "version: 1\nrouter: {policy: least-requests, scrape_interval_ms: 0}\nreplicas:\n  - {model: sim}\n"
+    )
+    with running_server(tmp_path, config=config) as server:
+        r = bench(
+            tmp_path,
+            server.base_url,
+            *("--rate", "4", "--duration", "3", "--prompt-tokens", "600", "--output-tokens", "30"),
+            *("--shape", "shared-prefix", "--system-prompt-tokens", "512", "--fleet", str(fleet)),
+        )
+    measured, predicted = r["measured"], r["predicted"]
+    assert measured["errors"] == {}
+    assert measured["completed"] == predicted["completed"] >= 8
+    # Every request after the first finds the system prompt's 32 blocks: the same count both ways.
+    assert predicted["prefix_hit_rate"] == pytest.approx(
+        512 * (measured["completed"] - 1) / (600 * measured["completed"])
+    )
+    assert measured["prefix_hit_rate"] == predicted["prefix_hit_rate"]
+    for name in ("e2e", "tpot"):
+        assert measured[name]["p50"] == pytest.approx(predicted[name]["p50"], rel=TOLERANCE), name

@@ -6,10 +6,11 @@ import random
 
 import pytest
 
-from llmsim.benchmark import PromptShape, closed_loop, open_loop, predict
-from llmsim.benchmark.prediction import TURNAROUND_S
+from llmsim.benchmark import PromptShape, Shape, closed_loop, open_loop, predict
+from llmsim.benchmark.prediction import TURNAROUND_S, predict_fleet
 from llmsim.benchmark.workload import Chain, Role, Segment, Turn, TurnSource, Workload
 from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec
 from tests.engine.scheduler.builders import roofline, seed_params
 
 
@@ -65,3 +66,38 @@ def test_the_fixed_point_is_the_simulation_of_its_own_arrivals() -> None:
     for (chain, turn), start in starts.items():
         if turn > 0:
             assert start == pytest.approx(ends[(chain, turn - 1)] + TURNAROUND_S, abs=1e-12)
+
+
+def test_shared_system_prompts_hit_the_prefix_cache_as_on_the_server() -> None:
+    # Three requests 1 s apart (each alone), a 1,000-token system prompt and 24 tokens of their own:
+    # the 2nd and 3rd find the system prompt's 62 full blocks of 16 = 992 tokens.
+    shape = PromptShape(1024, 4, Shape.SHARED_PREFIX, system_prompt_tokens=1000)
+    prediction = predict(seed_params(), open_loop([0.0, 1.0, 2.0], shape))
+    assert [r.cached_tokens for r in prediction.records] == [0, 992, 992]
+    # Alone on the GPU, a hit request computes its last 32 tokens over its 1,024-token context.
+    second = prediction.records[1]
+    assert second.token_times[0] - second.scheduled == pytest.approx(roofline(32, 1024), rel=1e-9)
+    off = predict(seed_params(enable_prefix_caching=False), open_loop([0.0, 1.0, 2.0], shape))
+    assert [r.cached_tokens for r in off.records] == [0, 0, 0]
+
+
+def test_a_fleet_prediction_routes_the_same_requests_through_the_fleet() -> None:
+    shape = PromptShape(1024, 16, Shape.SHARED_PREFIX, system_prompt_tokens=1000)
+    workload = open_loop([0.0, 0.001, 0.002, 0.003, 0.5, 0.501], shape)
+    # One replica: the one-replica prediction, token for token and hit for hit.
+    one = FleetSpec((ReplicaGroup("r", "m", seed_params(), 1),), RouterSpec("round-robin", 0.0))
+    alone = predict(seed_params(), workload)
+    through_fleet = predict_fleet(one, workload)
+    assert [(r.token_times, r.end, r.cached_tokens) for r in through_fleet.records] == [
+        (r.token_times, r.end, r.cached_tokens) for r in alone.records
+    ]
+    # Two replicas in turn: each serves every other request, as if alone with those.
+    two = FleetSpec((ReplicaGroup("r", "m", seed_params(), 2),), RouterSpec("round-robin", 0.0))
+    split = predict_fleet(two, workload)
+    for parity in (0, 1):
+        mine = Workload(workload.chains[parity::2])
+        expected = predict(seed_params(), mine)
+        got = split.records[parity::2]
+        assert [(r.token_times, r.cached_tokens) for r in got] == [
+            (r.token_times, r.cached_tokens) for r in expected.records
+        ]

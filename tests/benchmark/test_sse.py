@@ -46,3 +46,14 @@ def test_an_error_event_is_kept() -> None:
     assert n == 1
     assert parser.error is not None
     assert parser.error["type"] == "server_overloaded"
+
+
+def test_cached_tokens_come_from_the_usage_details() -> None:
+    parser = StreamParser()
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":8}}}\n\n'
+    parser.feed(token("a") + usage + b"data: [DONE]\n\n")
+    assert (parser.prompt_tokens(), parser.cached_tokens()) == (12, 8)
+    # A server that does not report them (vLLM without --enable-prompt-tokens-details).
+    plain = StreamParser()
+    plain.feed(token("a") + USAGE + b"data: [DONE]\n\n")
+    assert plain.cached_tokens() is None

@@ -78,3 +78,12 @@ def test_summary_counts_from_the_schedule_and_from_the_send() -> None:
     assert s.send_delay.max == pytest.approx(0.5)
     # The second request's usage said 99 prompt tokens for a 100-token prompt.
     assert s.prompt_mismatches == 1
+
+
+def test_the_prefix_hit_rate_is_cached_over_prompt_tokens_of_completed_requests() -> None:
+    done = [record(0, 1.0, 1.0, [1.1], 1.2, cached_tokens=96), record(1, 1.0, 1.0, [1.1], 1.2, cached_tokens=0)]
+    failed = record(2, 1.0, 1.0, [], 1.01, outcome=Outcome.ERROR, error="connect")
+    # 96 of 2 x 100 prompt tokens; the failed request counts for nothing.
+    assert summarize([*done, failed]).prefix_hit_rate == 96 / 200
+    # Not reported by the server: unknown, not 0.
+    assert math.isnan(summarize([record(0, 1.0, 1.0, [1.1], 1.2)]).prefix_hit_rate)

@@ -300,6 +300,7 @@ class LoadClient:
             record.error = type(exc).__name__
             return
         record.prompt_tokens = parser.prompt_tokens()
+        record.cached_tokens = parser.cached_tokens()
         completion = parser.completion_tokens()
         record.output_tokens = completion if completion is not None else len(times)
         if parser.error is not None:

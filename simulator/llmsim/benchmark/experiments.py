@@ -18,9 +18,10 @@ join the next step, as the simulation has them. Closed loops add a *keeper*: one
 keeps the GPU busy, so that the next turns of streams that ended together (a client's round trip
 later) join the same step in both. Gate and keeper are predicted and sent, never counted.
 
-E8 (prefix caching: a shared system prompt, hit rate and TTFT saved) joins the registry once the
-scheduler caches prefixes; its variants will change ``kv_cache.enable_prefix_caching``, which the
-base model sets to false.
+The base model caches no prefixes (``kv_cache.enable_prefix_caching: false``): prompts of the other
+experiments are distinct anyway, and E8 is the one that turns caching on. It also reports cached
+tokens in ``usage`` (``enable_prompt_tokens_details``), so the client measures the hit rate as a
+vLLM client would.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ BASE_MODEL: dict[str, Any] = {
     "scheduler": {"max_batch_tokens": 8192, "max_num_sequences": 256},
     "latency": {"step_overhead_ms": 0.0},
     "efficiency": {"compute": 1.0, "memory": 1.0},
+    "enable_prompt_tokens_details": False,
 }
 
 #: gpu_memory_utilization that leaves 1,188 KV blocks of 16 tokens next to 13.48 GB of weights:
@@ -94,6 +96,10 @@ GATE_TOKENS = 8192
 BURST_AT = 0.1
 E6_UNTIL = 20.0
 E6_WARMUP = 6.0
+#: E8: 16 requests share a 6,144-token system prompt (384 blocks of 16) and ask 128 tokens each.
+E8_REQUESTS = 16
+E8_SYSTEM = 6144
+E8_QUESTION = 128
 
 
 def with_change(model: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,6 +143,18 @@ def burst(n: int, prompt: int, output: int, *, at: float = BURST_AT, first_chain
 
 def gated(chains: Sequence[Chain], description: str) -> Workload:
     return Workload((gate(), *chains), description=f"gate + {description}")
+
+
+def shared_system_prompt_burst() -> Workload:
+    """E8: a burst of requests that start with the same system prompt, each with its own question."""
+    system = Segment(Role.SYSTEM, (-8, 0), E8_SYSTEM)
+    chains = [
+        Chain(BURST_AT, _once(Turn((system, Segment(Role.USER, (i, 0), E8_QUESTION)), 32))) for i in range(E8_REQUESTS)
+    ]
+    return gated(
+        chains,
+        f"{E8_REQUESTS} requests at once, a shared {E8_SYSTEM:,}-token system prompt + {E8_QUESTION} tokens each, 32 out",
+    )
 
 
 def random_lengths_closed_loop(
@@ -194,12 +212,15 @@ class Metric:
 
 @dataclass(frozen=True, slots=True)
 class Ratio:
-    """``metric`` of variant ``numerator`` over the same of ``denominator``: the experiment's headline."""
+    """``metric`` of variant ``numerator`` over the same of ``denominator`` (or minus it, with
+    ``difference``): the experiment's headline."""
 
     label: str
     metric: str
     numerator: str
     denominator: str
+    # numerator - denominator, in the metric's unit, instead of numerator / denominator.
+    difference: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,12 +336,19 @@ def _preemptions(o: Observation) -> float:
     return math.nan if o.preemptions is None else float(o.preemptions)
 
 
+def prefix_hit_rate(o: Observation) -> float:
+    """Prompt tokens found in the prefix cache over prompt tokens, of the completed requests
+    (usage.prompt_tokens_details.cached_tokens when measured, the simulation's hits when predicted)."""
+    return o.stats.prefix_hit_rate
+
+
 # TPOT, not ITL p50: a late release shortens the next gap as much as it lengthens its own, so a
 # request's mean gap keeps the step time where the median gap is pulled by the server's lag.
 STEP_TIME = Metric("step time (TPOT p50)", "ms", lambda o: o.stats.tpot.p50, 1000)
 DECODE_RATE = Metric("output tokens/s after the first token", "tok/s", decode_rate)
 TTFT_P50 = Metric("TTFT p50", "ms", lambda o: o.stats.ttft.p50, 1000)
 E2E_P50 = Metric("E2E p50", "ms", lambda o: o.stats.e2e.p50, 1000)
+HIT_RATE = Metric("prefix cache hit rate", "%", prefix_hit_rate, 100)
 
 
 def _e7_variant(rate: int) -> Variant:
@@ -444,6 +472,20 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             STEP_TIME,
             E2E_P50,
         ),
+    ),
+    Experiment(
+        "E8",
+        "prefix caching",
+        "16 requests sharing a 6,144-token system prompt: with caching the first computes it and the other 15 hit"
+        " it in the same step (91.8 % of prompt tokens), so all 16 fit one 8,192-token step instead of 13",
+        setup={"enable_prompt_tokens_details": True},
+        field="kv_cache.enable_prefix_caching",
+        variants=(
+            Variant("caching-off", shared_system_prompt_burst, False),
+            Variant("caching-on", shared_system_prompt_burst, True),
+        ),
+        metrics=(HIT_RATE, TTFT_P50, Metric("TTFT mean", "ms", lambda o: o.stats.ttft.mean, 1000)),
+        ratios=(Ratio("TTFT p50 saved by caching, off - on (ms)", TTFT_P50.label, "caching-off", "caching-on", True),),
     ),
 )
 

@@ -40,6 +40,9 @@ class RequestRecord:
     output_tokens: int = 0
     # usage.prompt_tokens as reported (None: no usage in the response).
     prompt_tokens: int | None = None
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server found in its prefix
+    # cache (None: not reported; vLLM and llmsim report it with enable_prompt_tokens_details).
+    cached_tokens: int | None = None
     outcome: Outcome = Outcome.ERROR
     # HTTP status (None: no response at all).
     status: int | None = None

@@ -80,6 +80,16 @@ def rows(result: RunResult) -> list[Row]:
             server.get("generation_tokens") if server else None,
         ),
     ]
+    if not math.isnan(m.prefix_hit_rate):
+        out.append(
+            Row(
+                "prefix cache hits",
+                "%",
+                p.prefix_hit_rate * 100 if p is not None else None,
+                m.prefix_hit_rate * 100,
+                None,
+            )
+        )
     if result.prediction is not None or server is not None:
         out.append(
             Row(

@@ -84,6 +84,12 @@ class StreamParser:
         value = (self.usage or {}).get("prompt_tokens")
         return value if isinstance(value, int) else None
 
+    def cached_tokens(self) -> int | None:
+        """usage.prompt_tokens_details.cached_tokens, when the server reports it."""
+        details = (self.usage or {}).get("prompt_tokens_details")
+        value = details.get("cached_tokens") if isinstance(details, dict) else None
+        return value if isinstance(value, int) else None
+
     def completion_tokens(self) -> int | None:
         value = (self.usage or {}).get("completion_tokens")
         return value if isinstance(value, int) else None

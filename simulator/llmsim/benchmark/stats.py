@@ -61,6 +61,9 @@ class LoadStats:
     tpot: Distribution
     # Actual send - scheduled send: how far behind its schedule the client fell.
     send_delay: Distribution
+    # Prompt tokens of completed requests found in the server's prefix cache, over their prompt
+    # tokens (NaN when the server reports no cached_tokens).
+    prefix_hit_rate: float = math.nan
 
 
 def measured(records: Iterable[RequestRecord], warmup: float) -> list[RequestRecord]:
@@ -102,4 +105,13 @@ def summarize(records: Sequence[RequestRecord], warmup: float = 0.0) -> LoadStat
         itl=Distribution.of(itl),
         tpot=Distribution.of(tpot),
         send_delay=Distribution.of(r.sent - r.scheduled for r in rs if not math.isnan(r.sent)),
+        prefix_hit_rate=hit_rate(ok),
     )
+
+
+def hit_rate(records: Sequence[RequestRecord]) -> float:
+    """Cached over prompt tokens of ``records`` (their workload lengths); NaN if any reports no cached_tokens."""
+    if not records or any(r.cached_tokens is None for r in records):
+        return math.nan
+    prompt = sum(r.expected_prompt_tokens for r in records)
+    return sum(r.cached_tokens or 0 for r in records) / prompt if prompt else math.nan

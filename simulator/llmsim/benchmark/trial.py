@@ -138,14 +138,22 @@ async def run_experiment(
     by_name = {v.variant: v for v in result.variants}
     for ratio in experiment.ratios:
         num, den = by_name[ratio.numerator], by_name[ratio.denominator]
-        result.ratios.append(
-            Check(
+        if ratio.difference:
+            unit = next(m.unit for m in experiment.metrics if m.label == ratio.metric)
+            check = Check(
+                ratio.label,
+                unit,
+                num.predicted[ratio.metric] - den.predicted[ratio.metric],
+                num.measured[ratio.metric] - den.measured[ratio.metric],
+            )
+        else:
+            check = Check(
                 ratio.label,
                 "x",
                 num.predicted[ratio.metric] / den.predicted[ratio.metric],
                 num.measured[ratio.metric] / den.measured[ratio.metric],
             )
-        )
+        result.ratios.append(check)
     result.seconds = time.monotonic() - started
     return result
 

@@ -2,12 +2,15 @@
 
     llmsim bench --url URL --model M (--rate R | --rates LIST | --concurrency N | --concurrencies LIST
                  | --workload trace.jsonl) (--duration S | --requests K) --prompt-tokens P --output-tokens O
-                 [--predict [--config models.yml]] [--reset-server-metrics] [--json FILE] [--plot FILE.png]
+                 [--predict [--config models.yml] [--fleet fleet.yml]] [--reset-server-metrics] [--json FILE]
+                 [--plot FILE.png]
     llmsim bench experiments [--only E1,E3] [--json FILE] [--markdown FILE]
 
 The prediction runs ``llmsim plan``'s virtual-time core on the identical workload before anything
-is sent; this module is the one place the client meets the server's config (through
-``runtime.scheduler_params``): the benchmark package itself only speaks HTTP.
+is sent: one replica of the model, or with ``--fleet`` the fleet file's replicas behind its router
+(``llmsim.fleet.plan_fleet``), for a URL that is a fleet's Service or a gateway in front of it. This
+module is the one place the client meets the server's config (through ``runtime.scheduler_params``
+and ``llmsim.fleet.load_fleet``): the benchmark package itself only speaks HTTP.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +29,13 @@ from llmsim.config import load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.engine.scheduler import SchedulerParams, poisson_arrivals
 from llmsim.errors import ConfigError
+from llmsim.fleet import FleetSpec, load_fleet
 from llmsim.runtime import scheduler_params
 
 # NOTE: the benchmark package (aiohttp, the client) is imported inside the functions that run it:
 # `llmsim serve` goes through this CLI too and must not load the client.
 if TYPE_CHECKING:
+    from llmsim.benchmark.prediction import Prediction
     from llmsim.benchmark.run import RunResult
     from llmsim.benchmark.trial import ExperimentResult
     from llmsim.benchmark.workload import PromptShape, Workload
@@ -94,6 +99,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--predict-model", help="model of --config to predict with (default: --model)")
     p.add_argument(
+        "--fleet",
+        type=Path,
+        help="predict a fleet file's replicas (models of --config) behind its router (implies --predict)",
+    )
+    p.add_argument(
         "--reset-server-metrics",
         action="store_true",
         help="reset /metrics/summary after the warm-up and add the server's own view to the table",
@@ -103,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="bench_command", metavar="experiments")
-    e = sub.add_parser("experiments", help="run the predict-then-measure experiments E1-E7 against llmsim serve")
+    e = sub.add_parser("experiments", help="run the predict-then-measure experiments E1-E8 against llmsim serve")
     e.add_argument("--only", help="comma-separated experiment ids (default: all)")
     e.add_argument("--json", type=Path, dest="json_path", default=RESULTS / "experiments.json")
     e.add_argument("--markdown", type=Path, default=RESULTS / "experiments.md", help="the table for bench/README.md")
@@ -190,12 +200,31 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, float | None, Workloa
     raise ValueError("give a load: --rate/--rates, --concurrency/--concurrencies or --workload")
 
 
+#: What --predict runs on a workload: one replica's or a fleet's virtual-time core.
+Predictor = Callable[["Workload"], "Prediction"]
+
+
+def _predictor(args: argparse.Namespace) -> Predictor | None:
+    """The prediction --predict (and --fleet) asks for; None without."""
+    from llmsim.benchmark.prediction import predict, predict_fleet
+
+    if args.fleet is not None:
+        if args.predict_model is not None:
+            raise ValueError("--predict-model goes with a one-replica prediction, not --fleet")
+        config = load_models_config(args.config)
+        fleet: FleetSpec = load_fleet(args.fleet, config, str(args.config) if args.config else EMBEDDED_MODELS)
+        return lambda workload: predict_fleet(fleet, workload)
+    if not args.predict:
+        return None
+    params = _params(args.config, args.predict_model or args.model)
+    return lambda workload: predict(params, workload)
+
+
 async def _bench(
-    args: argparse.Namespace, points: list[tuple[str, float | None, Workload]], params: SchedulerParams | None
+    args: argparse.Namespace, points: list[tuple[str, float | None, Workload]], predictor: Predictor | None
 ) -> list[RunResult]:
     from llmsim.benchmark import client as load_client
     from llmsim.benchmark.client import Target
-    from llmsim.benchmark.prediction import predict
     from llmsim.benchmark.progress import Progress
     from llmsim.benchmark.prompts import Api
     from llmsim.benchmark.report import format_result
@@ -212,7 +241,7 @@ async def _bench(
     results = []
     async with load_client.session() as http:
         for load, value, workload in points:
-            prediction = predict(params, workload) if params is not None else None
+            prediction = predictor(workload) if predictor is not None else None
             progress = Progress(f"{load} {value:g}" if value is not None else load, enabled=not args.no_progress)
             result = await run_point(
                 http,
@@ -246,10 +275,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--url and --model are needed (or: llmsim bench experiments)")
     try:
         points = workloads(args)
-        params = _params(args.config, args.predict_model or args.model) if args.predict else None
+        predictor = _predictor(args)
     except (ConfigError, ValueError, OSError) as exc:
         return _fail(str(exc))
-    results: list[RunResult] = _run_loop(_bench(args, points, params))
+    results: list[RunResult] = _run_loop(_bench(args, points, predictor))
     if len(results) > 1:
         print(format_sweep(results))
     if args.json_path is not None:
