@@ -33,3 +33,18 @@ def test_the_example_trace_runs(tmp_path: Path) -> None:
     assert main([*args, "--workload", str(EXAMPLES / "trace.jsonl"), "--json", str(out)]) == 0
     s = json.loads(out.read_text())["summary"]
     assert (s["num_requests"], s["num_finished"], s["num_aborted"]) == (5, 4, 1)
+
+
+def test_the_readme_prefix_routing_example_shows_what_prefix_affinity_buys(tmp_path: Path) -> None:
+    # README's example, a quarter as long: 300 system prompts of 4,000 tokens, more than one
+    # replica caches. Spread by load, each replica's cache churns; sent where they are cached, most hit.
+    out = tmp_path / "out.json"
+    args = ["plan", "--config", str(EXAMPLES / "models.yml"), "--fleet", str(EXAMPLES / "fleet.yml")]
+    shape = ["--rate", "40", "--duration", "30", "--prompt-tokens", "200", "--output-tokens", "200"]
+    prefixes = ["--system-prompt-tokens", "4000", "--system-prompts", "300"]
+    compare = ["--compare", "least-requests,prefix-affinity"]
+    assert main([*args, *shape, *prefixes, *compare, "--json", str(out)]) == 0
+    by_router = {c["router"]: c["summary"] for c in json.loads(out.read_text())["compare"]}
+    spread, affine = by_router["least-requests"], by_router["prefix-affinity"]
+    assert affine["prefix_hit_rate"] > 2 * spread["prefix_hit_rate"] > 0
+    assert affine["ttft"]["p50"] < spread["ttft"]["p50"] / 3
