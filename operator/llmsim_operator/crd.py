@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import llmsim_capacity
 from llmsim_operator.conventions import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
 Schema = dict[str, Any]
@@ -90,9 +91,14 @@ _MODEL = _obj(
             "Built-in model profile (llmsim's model_profiles.yml), e.g. llama-3.1-8b, qwen2.5-7b, llama-2-7b."
         ),
         "parametersBillions": _positive("Parameter count in billions (sets the weights' size in HBM)."),
-        "bytesPerParameter": _positive("Bytes per weight: 2 for fp16/bf16, 1 for fp8 (default 2)."),
+        "bytesPerParameter": _positive(
+            f"Bytes per weight: 2 for fp16/bf16, 1 for fp8 (default {llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER:g})."
+        ),
         "kvBytesPerToken": _int("KV-cache bytes per token: layers x KV heads x head_dim x 2 (K and V) x dtype bytes."),
-        "contextLength": _int("Maximum context length in tokens (default: the profile's, else 32768)."),
+        "contextLength": _int(
+            "Maximum context length in tokens (default: the profile's, else "
+            f"{llmsim_capacity.DEFAULT_CONTEXT_LENGTH}). One request of this length must fit in the KV cache."
+        ),
     },
     required=["name"],
 )
@@ -117,9 +123,10 @@ _SCHEDULER = _obj(
         "maxBatchTokens": _int("Token budget of one step (max_num_batched_tokens; default by GPU size)."),
         "maxNumSequences": _int("Sequences running at once (max_num_seqs; default by GPU size)."),
         "maxWaitingRequests": _int("Waiting requests beyond this get HTTP 503 (default: unbounded)."),
-        "blockSize": _int("Tokens per KV-cache block.", default=16),
+        "blockSize": _int("Tokens per KV-cache block.", default=llmsim_capacity.DEFAULT_BLOCK_SIZE),
         "gpuMemoryUtilization": _fraction(
-            "Fraction of GPU memory for weights and KV cache (gpu_memory_utilization).", default=0.9
+            "Fraction of GPU memory for weights and KV cache (gpu_memory_utilization).",
+            default=llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
         ),
         "watermark": {
             "type": "number",

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+import llmsim_capacity
+
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -30,7 +32,7 @@ class HardwareProfile(_Section):
 
 class Weights(_Section):
     parameters_billions: PositiveFloat
-    bytes_per_parameter: PositiveFloat = 2.0
+    bytes_per_parameter: PositiveFloat = llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER
 
     @property
     def bytes(self) -> float:
@@ -40,8 +42,8 @@ class Weights(_Section):
 class KVCache(_Section):
     # layers x kv_heads x head_dim x 2 (K and V) x dtype bytes
     bytes_per_token: PositiveInt
-    block_size: PositiveInt = 16
-    gpu_memory_utilization: Fraction = 0.9
+    block_size: PositiveInt = llmsim_capacity.DEFAULT_BLOCK_SIZE
+    gpu_memory_utilization: Fraction = llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION
     # Fraction of blocks kept free when admitting (vLLM V1 default 0.0; V0 used 0.01).
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
     enable_prefix_caching: bool = False
@@ -78,7 +80,7 @@ class ModelConfig(_Section):
     # Name of a built-in model profile (weights, kv_cache, context_length); explicit fields win.
     profile: str | None = None
     hardware: str | None = None
-    context_length: PositiveInt = 32768
+    context_length: PositiveInt = llmsim_capacity.DEFAULT_CONTEXT_LENGTH
     tokenizer: Literal["regex"] = "regex"
     weights: Weights | None = None
     kv_cache: KVCache | None = None
