@@ -2,7 +2,8 @@
 
 ``llmsim-operator crd`` prints it; a test checks that ``crds/llmsim.io_llmsimulators.yaml`` and the
 chart's copy equal it. The operator applies the schema's defaults itself (:mod:`.defaulting`) and
-re-checks the CEL rules (:mod:`.spec`), because kube-apiserver < 1.25 ignores ``x-kubernetes-validations``.
+re-checks the CEL rules (:mod:`.spec`), because kube-apiserver < 1.25 does not know
+``x-kubernetes-validations`` (``llmsim-operator crd --kube-version 1.24`` leaves them out).
 """
 
 from __future__ import annotations
@@ -338,8 +339,21 @@ ROOT_SCHEMA = _obj(
 )
 
 
-def custom_resource_definition() -> dict[str, Any]:
-    """The CRD manifest (apiextensions.k8s.io/v1), accepted by kube-apiserver 1.20 and later."""
+def without_cel_rules(schema: Any) -> Any:
+    """A copy of ``schema`` without ``x-kubernetes-validations`` (for API servers before 1.25)."""
+    if isinstance(schema, dict):
+        return {k: without_cel_rules(v) for k, v in schema.items() if k != "x-kubernetes-validations"}
+    if isinstance(schema, list):
+        return [without_cel_rules(v) for v in schema]
+    return schema
+
+
+def custom_resource_definition(*, cel: bool = True) -> dict[str, Any]:
+    """The CRD manifest (apiextensions.k8s.io/v1).
+
+    ``cel=False`` leaves out the CEL rules, which API servers before 1.25 do not know (1.20–1.22
+    refuse them under server-side apply); the operator re-checks each rule anyway.
+    """
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -363,7 +377,7 @@ def custom_resource_definition() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": ROOT_SCHEMA},
+                    "schema": {"openAPIV3Schema": ROOT_SCHEMA if cel else without_cel_rules(ROOT_SCHEMA)},
                     "subresources": {
                         "status": {},
                         "scale": {
