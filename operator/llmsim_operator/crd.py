@@ -38,6 +38,10 @@ RULE_RESPONSES = (
     "!(has(self.inline) && has(self.configMapRef))",
     "responses takes either inline or configMapRef, not both",
 )
+RULE_DISRUPTION_BUDGET = (
+    "!(has(self.maxUnavailable) && has(self.minAvailable))",
+    "podDisruptionBudget takes maxUnavailable or minAvailable, not both",
+)
 
 
 def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -73,6 +77,17 @@ def _bool(description: str, default: bool) -> Schema:
 
 def _string_map(description: str) -> Schema:
     return {"type": "object", "description": description, "additionalProperties": {"type": "string"}}
+
+
+def _int_or_percent(description: str) -> Schema:
+    """A count of pods or a percentage of them (IntOrString, as in a PodDisruptionBudget)."""
+    return {
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "pattern": "^[0-9]+%$",
+        "description": description,
+    }
 
 
 def _quantities(description: str) -> Schema:
@@ -232,6 +247,20 @@ _MONITORING = _obj(
     default={},
 )
 
+_DISRUPTION_BUDGET = _obj(
+    "A PodDisruptionBudget over the simulator pods, kept while the fleet has more than one replica (or an "
+    "external autoscaler sets them): a budget over a single pod would only block node drains.",
+    {
+        "enabled": _bool("Create the PodDisruptionBudget.", False),
+        "maxUnavailable": _int_or_percent(
+            "Pods that voluntary disruptions (drains, evictions) may take down at once, e.g. 1 or 25% (default 1)."
+        ),
+        "minAvailable": _int_or_percent("Pods that must stay up instead, e.g. 2 or 50% (excludes maxUnavailable)."),
+    },
+    default={},
+    **_rules(RULE_DISRUPTION_BUDGET),
+)
+
 _AUTOSCALING = _obj(
     "Who sets the Deployment's replicas. An HPA targeting this LLMSimulator's scale subresource needs nothing here.",
     {
@@ -262,6 +291,7 @@ SPEC_SCHEMA = _obj(
         "responses": _RESPONSES,
         "replicas": _int("Number of simulator pods (the scale subresource's spec path).", minimum=0, default=1),
         "autoscaling": _AUTOSCALING,
+        "podDisruptionBudget": _DISRUPTION_BUDGET,
         "image": _str("Simulator image (default: the operator's --simulator-image)."),
         "imagePullPolicy": _str("Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
         "resources": _obj(

@@ -23,6 +23,7 @@ _PLURALS = {
     "Service": "services",
     "Deployment": "deployments",
     "ServiceMonitor": "servicemonitors",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     "LLMSimulator": "llmsimulators",
 }
 _REQUEST_TIMEOUT = 30.0

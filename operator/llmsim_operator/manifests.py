@@ -27,6 +27,7 @@ RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], ...]
     (("",), ("services",), ("create", "patch"), "apply the Service"),
     (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch"), "apply; status from the watch"),
     (("monitoring.coreos.com",), ("servicemonitors",), ("get", "create", "patch", "delete"), "optional ServiceMonitor"),
+    (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch", "delete"), "optional PodDisruptionBudget"),
     (("", "events.k8s.io"), ("events",), ("create", "patch"), "kopf posts events"),
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), "kopf notices CRD changes"),
 )

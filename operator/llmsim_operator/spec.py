@@ -108,6 +108,9 @@ def _check_rules(spec: dict[str, Any]) -> None:
     responses = spec["responses"]
     if "inline" in responses and "configMapRef" in responses:
         raise InvalidSpec(crd.RULE_RESPONSES[1])
+    budget = spec["podDisruptionBudget"]
+    if "maxUnavailable" in budget and "minAvailable" in budget:
+        raise InvalidSpec(crd.RULE_DISRUPTION_BUDGET[1])
     if "profile" in model and model["profile"] not in builtin_models():
         known = ", ".join(sorted(builtin_models()))
         raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")

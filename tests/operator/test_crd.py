@@ -107,7 +107,7 @@ def test_every_cel_rule_has_a_python_twin() -> None:
 
     source = inspect.getsource(spec_module)
     rules = [name for name in dir(crd) if name.startswith("RULE_")]
-    assert len(rules) == 4
+    assert len(rules) == 5
     for name in rules:
         assert f"crd.{name}[1]" in source, f"{name} is not re-checked in spec.py"
     cel = [
@@ -150,6 +150,8 @@ def test_hpa_example_targets_the_scale_subresource() -> None:
         {"model": {"name": "m"}, "service": {"port": 70000}},
         {"model": {"name": "m"}, "monitoring": {"serviceMonitor": {"interval": "soon"}}},
         {"model": {"name": "m"}, "resources": {"limits": {"memory": "lots"}}},
+        {"model": {"name": "m"}, "podDisruptionBudget": {"maxUnavailable": "lots"}},
+        {"model": {"name": "m"}, "podDisruptionBudget": {"minAvailable": -1}},
     ],
 )
 def test_schema_rejects(spec: dict[str, Any]) -> None:

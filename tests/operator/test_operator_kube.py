@@ -477,6 +477,23 @@ def test_service_monitor_follows_the_spec_when_the_api_exists(api: Any, dyn: Any
     )
 
 
+def test_pod_disruption_budget_on_a_1_20_server(dyn: Any, namespace: str) -> None:
+    # 1.20 serves PodDisruptionBudgets as policy/v1beta1 only; the operator picks that version.
+    spec = MINIMAL | {"replicas": 2, "podDisruptionBudget": {"enabled": True}}
+    sim = create(dyn, namespace, "budget", spec)
+    pdb = wait_for(dyn, "policy/v1beta1", "PodDisruptionBudget", namespace, "budget", lambda o: o is not None,
+                   "the PodDisruptionBudget")  # fmt: skip
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "llmsim", "app.kubernetes.io/instance": "budget"}
+    }
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == sim["metadata"]["uid"]
+    patch_spec(dyn, namespace, "budget", {"replicas": 1})
+    wait_for(dyn, "policy/v1beta1", "PodDisruptionBudget", namespace, "budget", lambda o: o is None,
+             "its deletion at one replica")  # fmt: skip
+
+
 SERVICE_MONITOR_CRD = """
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition

@@ -77,6 +77,10 @@ def test_fixed_engine_needs_no_model_size() -> None:
             minimal_spec() | {"responses": {"inline": "x", "configMapRef": {"name": "r"}}},
             crd.RULE_RESPONSES[1],
         ),
+        (
+            minimal_spec() | {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 1, "minAvailable": 1}},
+            crd.RULE_DISRUPTION_BUDGET[1],
+        ),
         ({"model": {"name": "m", "profile": "gpt-5"}}, "unknown model profile 'gpt-5'"),
         (minimal_spec() | {"hardware": {"profile": "tpu-v9"}}, "unknown hardware profile 'tpu-v9'"),
         ({"model": {}}, "model.name is required"),
