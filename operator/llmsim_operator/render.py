@@ -80,8 +80,11 @@ def _container(sim: SimulatorSpec, image: str, with_responses: bool) -> dict[str
         "image": sim.spec.get("image") or image,
         "args": args,
         "ports": [{"name": "http", "containerPort": c.CONTAINER_PORT, "protocol": "TCP"}],
+        # Liveness starts counting once /health first answers: a pod starting slowly on a busy node
+        # (Python imports, config checks) gets up to two minutes instead of being killed mid-start.
+        "startupProbe": {**_health_probe(), "periodSeconds": 2, "failureThreshold": 60},
         "readinessProbe": {**_health_probe(), "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**_health_probe(), "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": {**_health_probe(), "periodSeconds": 10, "failureThreshold": 3},
         "resources": sim.section("resources"),
         # Restricted Pod Security profile.
         "securityContext": {
