@@ -18,10 +18,10 @@ import httpx
 import openai
 import pytest
 import yaml
+from tests.support.server import free_port, stop_process
 
 from e2e.cluster import Cluster, sum_samples
 from e2e.conftest import MODEL, SCHEDULER, selector
-from tests.support.server import free_port, stop_process
 
 pytestmark = pytest.mark.e2e
 
