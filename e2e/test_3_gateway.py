@@ -8,6 +8,7 @@ The gateway runs on this host and reaches each pod as an in-cluster gateway woul
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from e2e.conftest import MODEL, SCHEDULER, selector
 
 pytestmark = pytest.mark.e2e
 
+#: The gateway's own API key (LiteLLM refuses to start without one): clients authenticate to it, not to the pods.
+MASTER_KEY = f"sk-{secrets.token_hex(32)}"
 PROMPTS = ["ping", "What is the capital of France?", "hello", "Repeat after me: through the gateway", "/help"]
 GATEWAY_REQUESTS = 20
 
@@ -58,7 +61,8 @@ def gateway(pods: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     port = free_port()
     log_path = tmp / "litellm.log"
     # The bundled model-cost map instead of a download; no network but this machine's.
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "WARNING", "NO_PROXY": "*"}
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "WARNING", "NO_PROXY": "*",
+           "LITELLM_MASTER_KEY": MASTER_KEY}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
@@ -99,8 +103,8 @@ def _wait_alive(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
         time.sleep(1)
 
 
-def answer(base_url: str, prompt: str) -> str:
-    api = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+def answer(base_url: str, prompt: str, api_key: str = "unused") -> str:
+    api = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=60)
     reply = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}])
     return reply.choices[0].message.content or ""
 
@@ -121,7 +125,8 @@ def test_gateway_routes_to_both_replicas_with_the_same_answers(
     assert direct["ping"] == "pong"
     assert direct["What is the capital of France?"] == "The capital of France is Paris."
     before = finished(cluster, namespace, pods)
-    through = [(PROMPTS[i % len(PROMPTS)], answer(gateway, PROMPTS[i % len(PROMPTS)])) for i in range(GATEWAY_REQUESTS)]
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(GATEWAY_REQUESTS)]
+    through = [(prompt, answer(gateway, prompt, MASTER_KEY)) for prompt in prompts]
     after = finished(cluster, namespace, pods)
     assert [a for _, a in through] == [direct[p] for p, _ in through]
     served = {pod: after[pod] - before[pod] for pod in pods}
@@ -132,6 +137,6 @@ def test_gateway_routes_to_both_replicas_with_the_same_answers(
 
 
 def test_gateway_streams(gateway: str) -> None:
-    api = openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=60)
+    api = openai.OpenAI(base_url=f"{gateway}/v1", api_key=MASTER_KEY, max_retries=0, timeout=60)
     stream = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}], stream=True)
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "pong"
