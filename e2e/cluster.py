@@ -56,6 +56,10 @@ class Cluster:
     ssl_context: ssl.SSLContext
     headers: dict[str, str]
     kubeconfig: str
+    # TLS files of the kubeconfig user (for other programs, e.g. Prometheus): CA, client cert and key.
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
     # kubectl port-forwards started by pod_urls(), stopped at the end of the session.
     forwards: list[subprocess.Popen[str]] = field(default_factory=list)
 
@@ -76,13 +80,24 @@ class Cluster:
         if auth:
             headers["authorization"] = auth if auth.startswith("Bearer ") else f"Bearer {auth}"
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        return cls(api=api, host=cfg.host, ssl_context=context, headers=headers, kubeconfig=kubeconfig)
+        return cls(
+            api=api,
+            host=cfg.host,
+            ssl_context=context,
+            headers=headers,
+            kubeconfig=kubeconfig,
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+        )
 
     def close(self) -> None:
         for forward in self.forwards:
             forward.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 forward.wait(timeout=10)
+            if forward.stdout is not None:
+                forward.stdout.close()
         self.api.close()
 
     # -- typed clients ----------------------------------------------------------------------------
@@ -128,7 +143,7 @@ class Cluster:
         urls = {}
         for pod in self.ready_pods(namespace, selector):
             ip = pod.status.pod_ip
-            if _connects(ip, 8000):
+            if connects(ip, 8000):
                 urls[pod.metadata.name] = f"http://{ip}:8000"
             else:
                 urls[pod.metadata.name] = self._port_forward(namespace, pod.metadata.name)
@@ -195,7 +210,7 @@ def _ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def _connects(host: str | None, port: int) -> bool:
+def connects(host: str | None, port: int) -> bool:
     if not host:
         return False
     try:

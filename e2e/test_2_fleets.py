@@ -81,12 +81,12 @@ def test_pod_disruption_budget_protects_the_two_replica_fleet(
 def test_the_openai_sdk_through_the_service(
     cluster: Cluster, fleets: dict[str, dict[str, Any]], namespace: str
 ) -> None:
-    api = sdk(cluster, cluster.service_url(namespace, SCHEDULER))
-    assert [m.id for m in api.models.list().data] == [MODEL]
-    reply = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}])
-    assert reply.choices[0].message.content == "pong"
-    stream = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}], stream=True)
-    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "pong"
+    with sdk(cluster, cluster.service_url(namespace, SCHEDULER)) as api:
+        assert [m.id for m in api.models.list().data] == [MODEL]
+        reply = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}])
+        assert reply.choices[0].message.content == "pong"
+        stream = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}], stream=True)
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "pong"
 
 
 def test_metrics_show_the_operators_capacity(
@@ -128,7 +128,7 @@ def test_closed_loop_load_spreads_over_both_pods(
             out.append(reply.choices[0].message.content or "")
         return out
 
-    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+    with api, concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         answers = [a for batch in pool.map(worker, range(WORKERS)) for a in batch]
     assert len(answers) == WORKERS * REQUESTS_EACH
     assert all(answers)

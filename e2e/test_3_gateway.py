@@ -104,8 +104,8 @@ def _wait_alive(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
 
 
 def answer(base_url: str, prompt: str, api_key: str = "unused") -> str:
-    api = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=60)
-    reply = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}])
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=60) as api:
+        reply = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}])
     return reply.choices[0].message.content or ""
 
 
@@ -137,6 +137,6 @@ def test_gateway_routes_to_both_replicas_with_the_same_answers(
 
 
 def test_gateway_streams(gateway: str) -> None:
-    api = openai.OpenAI(base_url=f"{gateway}/v1", api_key=MASTER_KEY, max_retries=0, timeout=60)
-    stream = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}], stream=True)
-    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "pong"
+    with openai.OpenAI(base_url=f"{gateway}/v1", api_key=MASTER_KEY, max_retries=0, timeout=60) as api:
+        stream = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "ping"}], stream=True)
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "pong"

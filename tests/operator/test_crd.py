@@ -133,12 +133,13 @@ def test_examples_pass_schema_and_operator_checks(path: Path) -> None:
         parse_responses(inline, f"{path.name}: spec.responses.inline")
 
 
-def test_examples_are_three_simulators_and_two_autoscalers() -> None:
+def test_examples_are_three_simulators_two_autoscalers_and_a_scrape_job() -> None:
     assert len(SIMULATOR_EXAMPLES) == 3
     assert {p.name for p in EXAMPLES} - {p.name for p in SIMULATOR_EXAMPLES} == {
         "keda-scaledobject.yaml",
         "hpa-prometheus-adapter.yaml",
         "prometheus-adapter-values.yaml",
+        "prometheus-scrape-config.yaml",  # run by e2e/test_4_prometheus.py
     }
 
 
