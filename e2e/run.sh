@@ -40,10 +40,9 @@ timed() {
     return "$rc"
 }
 
-command -v kubectl >/dev/null 2>&1 || die "kubectl not found on PATH"
 [[ -x "$BIN/llmsim-operator" ]] || die "$BIN/llmsim-operator missing: run make .venv/.installed-dev first"
 
-reachable() { kubectl get --raw /readyz >/dev/null 2>&1; }
+reachable() { command -v kubectl >/dev/null 2>&1 && kubectl get --raw /readyz >/dev/null 2>&1; }
 docker_and_kind() { command -v kind >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 local_cluster() { [[ "$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null)" == https://127.0.0.1:6443 ]] && ctr -n k8s.io version >/dev/null 2>&1; }
 
@@ -84,6 +83,9 @@ else
     export KUBECONFIG="$LOCAL_KUBECONFIG"
     LOADER=local
 fi
+
+# (cluster-up.sh installs Debian's kubectl where none is; anything else needs one on PATH.)
+command -v kubectl >/dev/null 2>&1 || die "kubectl not found on PATH"
 
 # ---- 2. images
 if [[ "${E2E_SKIP_BUILD:-0}" == 1 ]]; then
