@@ -146,12 +146,13 @@ class Cluster:
             if connects(ip, 8000):
                 urls[pod.metadata.name] = f"http://{ip}:8000"
             else:
-                urls[pod.metadata.name] = self._port_forward(namespace, pod.metadata.name)
+                urls[pod.metadata.name] = self.port_forward(namespace, f"pod/{pod.metadata.name}")
         return urls
 
-    def _port_forward(self, namespace: str, pod: str) -> str:
+    def port_forward(self, namespace: str, target: str, port: int = 8000) -> str:
+        """``kubectl port-forward TARGET :PORT`` (e.g. svc/NAME, pod/NAME) until the session ends; its local base URL."""
         proc = subprocess.Popen(
-            ["kubectl", "-n", namespace, "port-forward", f"pod/{pod}", ":8000"],
+            ["kubectl", "-n", namespace, "port-forward", target, f":{port}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -159,9 +160,9 @@ class Cluster:
         self.forwards.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8000"
-        port = line.split("127.0.0.1:")[1].split()[0] if "127.0.0.1:" in line else ""
-        assert port.isdigit(), f"kubectl port-forward said: {line!r}"
-        return f"http://127.0.0.1:{port}"
+        local = line.split("127.0.0.1:")[1].split()[0] if "127.0.0.1:" in line else ""
+        assert local.isdigit(), f"kubectl port-forward said: {line!r}"
+        return f"http://127.0.0.1:{local}"
 
     # -- objects ----------------------------------------------------------------------------------
 
