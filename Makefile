@@ -56,8 +56,9 @@ envtest:
 e2e: $(VENV)/.installed-dev system-deps
 	e2e/run.sh $(PYTEST_ARGS)
 
+# Every benchmark, then the experiments E1-E7 (about 10 minutes; figures in bench/results/).
 bench: $(VENV)/.installed-dev
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -112,10 +112,9 @@ def per_request() -> dict[str, float]:
     m = hub.add_model("m", max_model_len=32768)
     stats = request_stats(1)
     values = lags(TOKENS)
-    rid = RequestId("1")
 
     def one_request() -> None:
-        m.on_first_token(rid, 0.05, 0.01)
+        m.on_first_token(0.05)
         m.on_request_finished(stats)
         m.observe_lags(values)
 
@@ -137,7 +136,7 @@ def populated_hub(models: int) -> MetricsHub:
     for j in range(models):
         m = hub.add_model(f"model-{j}", max_model_len=32768, snapshot=lambda: snap, cache_config=kv)
         for i in range(300):
-            m.on_first_token(RequestId(str(i)), 0.01 * (i % 50), 0.0)
+            m.on_first_token(0.01 * (i % 50))
             m.on_request_finished(request_stats(i, 1 + i % 200))
             m.observe_lags(lags(20))
             m.on_step(StepStats(i, 0.0, 0.015, i % 64, i, i % 64, i % 64, 0, 100, 1000, 0, 0.0001))

@@ -1,122 +1,56 @@
-"""A closed-loop streaming load generator, run as its own process so it never shares a CPU-bound
-event loop with the server it measures.
+"""A closed-loop streaming load generator for the benches, run as its own process so it never shares a
+CPU-bound event loop with the server it measures.
 
-Each of ``--concurrency`` workers sends streaming chat completions back to back for
-``--duration`` seconds and records, per token, the client receive time. It reports output tokens/s
-and, for the fixed engine whose timeline is known (``--ttft``/``--itl``), the client-side
-lateness of every token against ``send + ttft + i * itl`` (an upper bound of the server's lag:
-it adds delivery). It also reports its own event-loop lateness, so a saturated client is visible.
-Prints one JSON object on stdout.
+A thin shell over ``llmsim.benchmark`` (the client behind ``llmsim bench``): ``--concurrency``
+streams send chat completions back to back for ``--duration`` seconds. It reports output tokens/s
+and, for the fixed engine whose timeline is known (``--ttft``/``--itl``), the client-side lateness
+of every token against ``send + ttft + i * itl`` (an upper bound of the server's lag: it adds
+delivery), and the client's own event-loop lateness, so a saturated client is visible. Prints one
+JSON object on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import statistics
-import time
 from typing import Any
 
-import aiohttp
+import uvloop
 
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
-    return values[k]
-
-
-async def monitor_loop(stop: asyncio.Event, lateness: list[float], period: float = 0.01) -> None:
-    """Our own health: how late does a 10 ms timer fire on the client loop."""
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        t0 = loop.time()
-        await asyncio.sleep(period)
-        lateness.append(loop.time() - t0 - period)
-
-
-async def worker(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    until: float,
-    ttft: float | None,
-    itl: float | None,
-    out: dict[str, Any],
-) -> None:
-    while time.monotonic() < until:
-        sent = time.monotonic()
-        index = 0
-        async with session.post(url, data=body, headers={"content-type": "application/json"}) as resp:
-            if resp.status != 200:
-                out["errors"] += 1
-                await resp.read()
-                continue
-            # Whole reads, split into events here: iterating line by line cost the client about as much
-            # CPU per token as the server spends, which made the client the bottleneck at a few hundred
-            # streams. Every event of one read gets the read's time (they did arrive together).
-            rest = b""
-            async for data in resp.content.iter_any():
-                now = time.monotonic()
-                events = (rest + data).split(b"\n\n")
-                rest = events.pop()
-                for event in events:
-                    if not event.startswith(b"data: {"):
-                        continue
-                    if b'"content":""' in event or b'"choices":[]' in event:
-                        continue  # role / usage chunks carry no token
-                    if index == 0:
-                        out["ttft"].append(now - sent)
-                    if ttft is not None and itl is not None:
-                        out["lateness"].append(now - (sent + ttft + index * itl))
-                    index += 1
-                    out["tokens"] += 1
-        out["requests"] += 1
+from llmsim.benchmark import Api, BodyBuilder, LoadClient, PromptShape, Target, closed_loop, session, summarize
+from llmsim.benchmark.client import calibrate_chat, chat_layouts
+from llmsim.benchmark.records import Outcome
+from llmsim.benchmark.stats import Distribution
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    body = json.dumps(
-        {
-            "model": args.model,
-            "messages": [{"role": "user", "content": args.prompt}],
-            "max_tokens": args.max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-    out: dict[str, Any] = {"tokens": 0, "requests": 0, "errors": 0, "ttft": [], "lateness": []}
-    stop = asyncio.Event()
-    loop_lateness: list[float] = []
-    monitor = asyncio.create_task(monitor_loop(stop, loop_lateness))
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        start = time.monotonic()
-        until = start + args.duration
-        url = args.url.rstrip("/") + "/v1/chat/completions"
-        await asyncio.gather(
-            *(worker(session, url, body, until, args.ttft, args.itl, out) for _ in range(args.concurrency))
-        )
-        elapsed = time.monotonic() - start
-    stop.set()
-    await monitor
-    lat = out["lateness"]
+    target = Target(args.url, args.model, Api.CHAT)
+    workload = closed_loop(args.concurrency, PromptShape(args.prompt_tokens, args.max_tokens), duration=args.duration)
+    async with session() as http:
+        overhead = await calibrate_chat(http, target, chat_layouts(workload))
+        run = await LoadClient(target, http, BodyBuilder(args.model, Api.CHAT, overhead)).run(workload)
+    stats = summarize(run.records)
+    lateness = Distribution.of(
+        t - (r.sent + args.ttft + i * args.itl)
+        for r in run.records
+        if r.outcome is Outcome.OK and args.ttft is not None and args.itl is not None
+        for i, t in enumerate(r.token_times)
+    )
+    loop = run.health.loop_lateness
     return {
         "concurrency": args.concurrency,
-        "elapsed_s": elapsed,
-        "requests": out["requests"],
-        "errors": out["errors"],
-        "output_tokens": out["tokens"],
-        "output_tokens_per_s": out["tokens"] / elapsed,
-        "ttft_p50_ms": pct(out["ttft"], 50) * 1000,
-        "ttft_p99_ms": pct(out["ttft"], 99) * 1000,
-        "client_lateness_p50_ms": pct(lat, 50) * 1000 if lat else None,
-        "client_lateness_p99_ms": pct(lat, 99) * 1000 if lat else None,
-        "client_loop_lateness_p99_ms": pct(loop_lateness, 99) * 1000,
-        "client_loop_lateness_median_ms": statistics.median(loop_lateness) * 1000 if loop_lateness else None,
+        "elapsed_s": stats.window,
+        "requests": stats.completed,
+        "errors": sum(stats.errors.values()),
+        "output_tokens": stats.output_tokens,
+        "output_tokens_per_s": stats.output_token_rate,
+        "ttft_p50_ms": stats.ttft.p50 * 1000,
+        "ttft_p99_ms": stats.ttft.p99 * 1000,
+        "client_lateness_p50_ms": lateness.p50 * 1000 if lateness.count else None,
+        "client_lateness_p99_ms": lateness.p99 * 1000 if lateness.count else None,
+        "client_loop_lateness_p99_ms": loop.p99 * 1000,
+        "client_loop_lateness_median_ms": loop.p50 * 1000,
+        "client_cpu_share": run.health.cpu_share,
     }
 
 
@@ -127,17 +61,11 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--prompt", default="Tell me a story about a lighthouse keeper.")
+    p.add_argument("--prompt-tokens", type=int, default=16, help="chat prompt length, template included")
     p.add_argument("--ttft", type=float, default=None, help="the fixed engine's TTFT for this prompt (s)")
     p.add_argument("--itl", type=float, default=None, help="the fixed engine's ITL (s)")
     args = p.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(json.dumps(asyncio.run(main_async(args))))
+    print(json.dumps(uvloop.run(main_async(args))))
 
 
 if __name__ == "__main__":

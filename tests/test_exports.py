@@ -14,6 +14,10 @@ PACKAGES = [
     "llmsim.engine.scheduler",
     "llmsim.config",
     "llmsim.metrics",
+    "llmsim.api",
+    "llmsim.benchmark",
+    "llmsim.fleet",
+    "llmsim.calibration",
     "llmsim_operator",
     "llmsim_capacity",
 ]

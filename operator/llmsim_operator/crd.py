@@ -42,6 +42,22 @@ RULE_DISRUPTION_BUDGET = (
     "!(has(self.maxUnavailable) && has(self.minAvailable))",
     "podDisruptionBudget takes maxUnavailable or minAvailable, not both",
 )
+#: Fault kinds as CR fields (camelCase) -> models.yml's ``faults.rates`` keys.
+FAULT_RATES = {
+    "rateLimit": "rate_limit",
+    "serverError": "server_error",
+    "unavailable": "unavailable",
+    "badRequest": "bad_request",
+    "abortMidStream": "abort_mid_stream",
+    "stall": "stall",
+    "slow": "slow",
+    "crash": "crash",
+}
+# One fault per request: the rates add up to at most 1 (with room for float rounding, as llmsim).
+RULE_FAULT_RATES = (
+    " + ".join(f"(has(self.{k}) ? self.{k} : 0.0)" for k in FAULT_RATES) + " <= 1.000000001",
+    "faults.rates add up to more than 1 (a request gets at most one fault)",
+)
 
 
 def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -192,6 +208,54 @@ _RESPONSES = _obj(
     **_rules(RULE_RESPONSES),
 )
 
+
+def _rate(description: str) -> Schema:
+    return {"type": "number", "minimum": 0, "maximum": 1, "description": description}
+
+
+_FAULTS = _obj(
+    "Fault injection (llmsim's models.yml `faults`): per request, at most one fault drawn from (seed, request id "
+    "or number) at these rates, so a run is reproducible. See llmsim's docs/faults.md.",
+    {
+        "seed": {"type": "integer", "format": "int64", "description": "Seed of the draws (default 0)."},
+        "rates": _obj(
+            "Probability of each fault per request (0-1; together at most 1).",
+            {
+                "rateLimit": _rate("429 with Retry-After."),
+                "serverError": _rate("500."),
+                "unavailable": _rate("503 with Retry-After."),
+                "badRequest": _rate("400."),
+                "abortMidStream": _rate("The connection drops after some tokens (a truncated response)."),
+                "stall": _rate("The stream pauses stallMs before one of its tokens."),
+                "slow": _rate("The request's whole timeline is stretched by slowFactor."),
+                "crash": _rate("The simulator process exits (the pod restarts)."),
+            },
+            **_rules(RULE_FAULT_RATES),
+        ),
+        "stallMs": {"type": "number", "minimum": 0, "description": "Length of a stall in ms (default 1000)."},
+        "slowFactor": {"type": "number", "minimum": 1, "description": "Latency multiplier of slow (default 2)."},
+        "headerOverride": _bool(
+            "Obey the x-llmsim-fault request header (one fault forced on one request). Off: clients cannot "
+            "trigger faults.",
+            False,
+        ),
+    },
+)
+
+
+def _secret_key_ref(description: str, default_key: str) -> Schema:
+    return _obj(
+        description,
+        {
+            "name": _str("Secret in the same namespace.", minLength=1),
+            "key": _str(
+                "Key in the Secret; several keys may be given comma-separated.", default=default_key, minLength=1
+            ),
+        },
+        required=["name"],
+    )
+
+
 _TOLERATION = _obj(
     "A pod toleration (core/v1 Toleration).",
     {
@@ -288,6 +352,27 @@ SPEC_SCHEMA = _obj(
         "latency": _LATENCY,
         "efficiency": _EFFICIENCY,
         "legacyMetrics": _bool("Also expose deprecated vLLM metric names some routers still read.", False),
+        "faults": _FAULTS,
+        "startupSeconds": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Simulated model load: pods bind at once but stay unready (/health 503) this long.",
+        },
+        "shutdownTimeoutSeconds": _int(
+            "On termination, seconds running requests get to finish before they are aborted (vLLM's "
+            "--shutdown-timeout; 0: abort at once). The pod's terminationGracePeriodSeconds is this plus 10.",
+            minimum=0,
+            default=0,
+        ),
+        "apiKeySecretRef": _secret_key_ref(
+            "Secret holding the API key clients must send as `Authorization: Bearer` on /v1/* (vLLM's --api-key).",
+            "api-key",
+        ),
+        "adminKeySecretRef": _secret_key_ref(
+            "Secret holding the key for /admin/faults, /sleep and /wake_up. Without it those are open only "
+            "when no API key is set.",
+            "admin-key",
+        ),
         "responses": _RESPONSES,
         "replicas": _int("Number of simulator pods (the scale subresource's spec path).", minimum=0, default=1),
         "autoscaling": _AUTOSCALING,

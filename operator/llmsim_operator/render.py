@@ -66,8 +66,25 @@ def render_config_map(sim: SimulatorSpec, owner: Owner, data: dict[str, str]) ->
     }
 
 
-def _health_probe() -> dict[str, Any]:
-    return {"httpGet": {"path": "/health", "port": "http"}}
+def _probe(path: str) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}}
+
+
+#: Seconds the pod gets after spec.shutdownTimeoutSeconds: aborted streams' last writes and the exit.
+SHUTDOWN_MARGIN_S = 10
+
+
+def _env(sim: SimulatorSpec) -> list[dict[str, Any]]:
+    """The pod's identity (Downward API: the x-llmsim-pod / x-llmsim-namespace headers) and the keys (Secrets)."""
+    env: list[dict[str, Any]] = [
+        {"name": "LLMSIM_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "LLMSIM_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    for name, field in (("LLMSIM_API_KEY", "apiKeySecretRef"), ("LLMSIM_ADMIN_KEY", "adminKeySecretRef")):
+        ref = sim.spec.get(field)
+        if ref:
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": ref["name"], "key": ref["key"]}}})
+    return env
 
 
 def _container(sim: SimulatorSpec, image: str, with_responses: bool) -> dict[str, Any]:
@@ -75,16 +92,22 @@ def _container(sim: SimulatorSpec, image: str, with_responses: bool) -> dict[str
     if with_responses:
         args += ["--responses", f"{c.CONFIG_DIR}/{c.RESPONSES_KEY}"]
     args += ["--host", "0.0.0.0", "--port", str(c.CONTAINER_PORT)]
+    shutdown_timeout = int(sim.spec.get("shutdownTimeoutSeconds") or 0)
+    if shutdown_timeout:
+        args += ["--shutdown-timeout", str(shutdown_timeout)]
     container: dict[str, Any] = {
         "name": c.CONTAINER_NAME,
         "image": sim.spec.get("image") or image,
         "args": args,
+        "env": _env(sim),
         "ports": [{"name": "http", "containerPort": c.CONTAINER_PORT, "protocol": "TCP"}],
-        # Liveness starts counting once /health first answers: a pod starting slowly on a busy node
+        # Ready once the simulated model load is done (/health 503 until then, and while shutting down);
+        # alive as long as the process answers (/ping), so a long startupSeconds never gets the pod killed.
+        # Liveness counts only once /ping first answers: a process starting slowly on a busy node
         # (Python imports, config checks) gets up to two minutes instead of being killed mid-start.
-        "startupProbe": {**_health_probe(), "periodSeconds": 2, "failureThreshold": 60},
-        "readinessProbe": {**_health_probe(), "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**_health_probe(), "periodSeconds": 10, "failureThreshold": 3},
+        "startupProbe": {**_probe("/ping"), "periodSeconds": 2, "failureThreshold": 60},
+        "readinessProbe": {**_probe("/health"), "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**_probe("/ping"), "periodSeconds": 10, "failureThreshold": 3},
         "resources": sim.section("resources"),
         # Restricted Pod Security profile.
         "securityContext": {
@@ -120,6 +143,7 @@ def render_deployment(
         # (tcp://...), which the simulator reads as its own --port.
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": int(sim.spec.get("shutdownTimeoutSeconds") or 0) + SHUTDOWN_MARGIN_S,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": c.RUN_AS_USER,

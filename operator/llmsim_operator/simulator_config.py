@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
+from llmsim_operator.crd import FAULT_RATES
 from llmsim_operator.spec import SimulatorSpec
 
 # camelCase spec key -> models.yml key, per section.
@@ -35,6 +36,7 @@ _LATENCY = {
     "itlMs": "itl_ms",
 }
 _EFFICIENCY = {"compute": "compute", "memory": "memory"}
+_FAULTS = {"seed": "seed", "stallMs": "stall_ms", "slowFactor": "slow_factor", "headerOverride": "header_override"}
 
 
 def _pick(source: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
@@ -67,7 +69,12 @@ def models_document(sim: SimulatorSpec) -> dict[str, Any]:
             entry[key] = values
     if sim.spec.get("legacyMetrics"):
         entry["legacy_metrics"] = True
+    faults = _faults(sim.section("faults"))
+    if faults:
+        entry["faults"] = faults
     doc: dict[str, Any] = {"version": 1}
+    if "startupSeconds" in sim.spec:
+        doc["startup_seconds"] = sim.spec["startupSeconds"]
     if sim.custom_hardware:
         hw = sim.hardware
         doc["hardware"] = {
@@ -79,6 +86,18 @@ def models_document(sim: SimulatorSpec) -> dict[str, Any]:
         }
     doc["models"] = [entry]
     return doc
+
+
+def _faults(spec: dict[str, Any]) -> dict[str, Any]:
+    """models.yml's ``faults`` from ``spec.faults`` (empty: no section, no faults)."""
+    faults = _pick(spec, _FAULTS)
+    rates = _pick(spec.get("rates") or {}, FAULT_RATES)
+    if rates:
+        faults["rates"] = rates
+    # headerOverride defaults to false in the CRD: alone, it says nothing models.yml would not.
+    if faults == {"header_override": False}:
+        return {}
+    return faults
 
 
 def models_yaml(sim: SimulatorSpec) -> str:

@@ -114,6 +114,9 @@ def _check_rules(spec: dict[str, Any]) -> None:
     if "profile" in model and model["profile"] not in builtin_models():
         known = ", ".join(sorted(builtin_models()))
         raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")
+    rates = (spec.get("faults") or {}).get("rates") or {}
+    if sum(float(rates.get(k, 0.0)) for k in crd.FAULT_RATES) > 1 + 1e-9:
+        raise InvalidSpec(crd.RULE_FAULT_RATES[1])
 
 
 def _resolve_hardware(hw: dict[str, Any]) -> tuple[str, Hardware, bool]:

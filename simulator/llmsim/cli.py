@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from llmsim import __version__
-from llmsim.commands import check, plan, serve
+from llmsim.commands import bench, calibrate, check, plan, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     check.add_parser(sub)
     plan.add_parser(sub)
+    calibrate.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

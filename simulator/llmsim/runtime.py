@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI
-
-from llmsim.api.app import create_app
-from llmsim.api.served import ServedModel
-from llmsim.api.state import ApiState
+from llmsim.api.access import Access
+from llmsim.api.app import LlmsimApp, create_app
+from llmsim.api.faults import Crash, FaultInjector, exit_process
+from llmsim.api.identity import Identity
+from llmsim.api.lifecycle import Lifecycle
+from llmsim.api.served import EngineInfo, ServedModel
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
@@ -30,6 +32,7 @@ from llmsim.engine.scheduler.params import (
     ModelSpec,
     SchedulerParams,
     check_context_fits,
+    default_limits,
     num_kv_blocks,
 )
 from llmsim.errors import ConfigError
@@ -40,21 +43,13 @@ logger = logging.getLogger("llmsim")
 
 ENGINES: dict[str, type[Engine]] = {e.name: e for e in (InstantEngine, FixedEngine, SchedulerEngine)}
 
-#: vLLM's defaults by GPU size: (max_num_batched_tokens, max_num_seqs).
-_LARGE_GPU_GIB = 70
-
-
-def _label(config: ModelsConfig, name: str) -> str:
-    index = next(i for i, m in enumerate(config.models) if m.name == name)
-    return f"models[{index}] (name '{name}')"
-
 
 def _check_sections(model: ModelConfig, config: ModelsConfig, file: str) -> None:
     required = ENGINES[model.engine].required_sections
     for section in sorted(required):
         if getattr(model, section) is None:
             raise ConfigError(
-                file, f"required by engine '{model.engine}'", entry=_label(config, model.name), field=section
+                file, f"required by engine '{model.engine}'", entry=config.entry_label(model.name), field=section
             )
 
 
@@ -70,16 +65,17 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
     assert model.weights is not None
     assert model.kv_cache is not None
     hw = config.hardware[model.hardware]
-    large = hw.hbm_gib >= _LARGE_GPU_GIB
     sched = model.scheduler or SchedulerSection()
     latency = model.latency
+    gpu = GpuSpec(
+        hbm_bytes=hw.hbm_gib * 2**30,
+        memory_bandwidth=hw.memory_bandwidth_gbps * 1e9,
+        peak_flops=hw.peak_tflops * 1e12,
+    )
+    default_batch_tokens, default_sequences = default_limits(gpu)
     try:
         params = SchedulerParams(
-            gpu=GpuSpec(
-                hbm_bytes=hw.hbm_gib * 2**30,
-                memory_bandwidth=hw.memory_bandwidth_gbps * 1e9,
-                peak_flops=hw.peak_tflops * 1e12,
-            ),
+            gpu=gpu,
             model=ModelSpec(
                 num_parameters=model.weights.parameters_billions * 1e9,
                 weight_bytes=model.weights.bytes,
@@ -89,8 +85,8 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
             block_size=model.kv_cache.block_size,
             gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,
             watermark=model.kv_cache.watermark,
-            max_batch_tokens=sched.max_batch_tokens or (8192 if large else 2048),
-            max_num_sequences=sched.max_num_sequences or (1024 if large else 256),
+            max_batch_tokens=sched.max_batch_tokens or default_batch_tokens,
+            max_num_sequences=sched.max_num_sequences or default_sequences,
             max_waiting_requests=sched.max_waiting_requests,
             step_overhead_s=latency.step_overhead_ms / 1000 if latency else 0.0,
             compute_efficiency=model.efficiency.compute,
@@ -98,7 +94,7 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
         )
         check_context_fits(params, num_kv_blocks(params))
     except ValueError as exc:
-        raise ConfigError(file, str(exc), entry=_label(config, model.name), field="kv_cache") from None
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="kv_cache") from None
     return params
 
 
@@ -112,23 +108,33 @@ def fixed_timing(model: ModelConfig) -> FixedTiming:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltEngine:
+    """One model's engine, what /v1/models says about it, and its vllm:cache_config_info labels."""
+
+    engine: Engine
+    info: EngineInfo
+    # None for engines without a simulated KV cache (no cache_config_info series).
+    cache_config: dict[str, str] | None = None
+
+
 def build_engine(
     config: ModelsConfig, model: ModelConfig, clock: Clock, observer: EngineObserver, file: str
-) -> tuple[Engine, dict[str, object]]:
-    """One engine for one model, and what /v1/models should say about it."""
+) -> BuiltEngine:
+    """One engine for one model. Raises ConfigError."""
     _check_sections(model, config, file)
-    info: dict[str, object] = {"engine": model.engine}
     if model.engine == "scheduler":
+        assert model.kv_cache is not None
         params = scheduler_params(config, model.name, file)
         blocks = num_kv_blocks(params)
-        info |= {
-            "hardware": model.hardware,
-            "kv_cache_blocks": blocks,
-            "kv_cache_tokens": blocks * params.block_size,
-            "block_size": params.block_size,
-            "max_num_sequences": params.max_num_sequences,
-            "max_batch_tokens": params.max_batch_tokens,
-        }
+        info = EngineInfo(
+            engine=model.engine,
+            hardware=model.hardware,
+            kv_cache_blocks=blocks,
+            block_size=params.block_size,
+            max_num_sequences=params.max_num_sequences,
+            max_batch_tokens=params.max_batch_tokens,
+        )
         logger.info(
             "model %s: scheduler on %s, %d KV blocks of %d tokens (%d tokens)",
             model.name,
@@ -137,23 +143,17 @@ def build_engine(
             params.block_size,
             blocks * params.block_size,
         )
-        return SchedulerEngine(params, clock, observer), info
+        cache_config = cache_config_labels(
+            block_size=params.block_size,
+            num_gpu_blocks=blocks,
+            gpu_memory_utilization=params.gpu_memory_utilization,
+            enable_prefix_caching=model.kv_cache.enable_prefix_caching,
+        )
+        return BuiltEngine(SchedulerEngine(params, clock, observer), info, cache_config)
+    info = EngineInfo(engine=model.engine)
     if model.engine == "fixed":
-        return FixedEngine(fixed_timing(model), clock, observer), info
-    return InstantEngine(clock, observer), info
-
-
-def _cache_config(model: ModelConfig, info: dict[str, object]) -> dict[str, str] | None:
-    """Labels of vllm:cache_config_info, for engines that simulate a KV cache."""
-    blocks = info.get("kv_cache_blocks")
-    if model.kv_cache is None or not isinstance(blocks, int):
-        return None
-    return cache_config_labels(
-        block_size=model.kv_cache.block_size,
-        num_gpu_blocks=blocks,
-        gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,
-        enable_prefix_caching=model.kv_cache.enable_prefix_caching,
-    )
+        return BuiltEngine(FixedEngine(fixed_timing(model), clock, observer), info)
+    return BuiltEngine(InstantEngine(clock, observer), info)
 
 
 @dataclass(slots=True)
@@ -161,7 +161,7 @@ class Runtime:
     config: ModelsConfig
     script: Script
     state: ApiState
-    app: FastAPI
+    app: LlmsimApp
     metrics: MetricsHub
 
 
@@ -170,8 +170,16 @@ def build_runtime(
     responses_path: str | Path | None = None,
     *,
     clock: Clock | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    access: Access | None = None,
+    identity: Identity | None = None,
+    crash: Crash = exit_process,
 ) -> Runtime:
-    """Parse, check and wire everything. Raises ConfigError before anything listens."""
+    """Parse, check and wire everything. Raises ConfigError before anything listens.
+
+    ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
+    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in).
+    """
     config = load_models_config(config_path)
     file = str(config_path) if config_path is not None else EMBEDDED_MODELS
     script = load_responses(responses_path)
@@ -181,19 +189,26 @@ def build_runtime(
     hub = MetricsHub()
     for model in config.models:
         metrics = hub.add_model(model.name, max_model_len=model.context_length, legacy_metrics=model.legacy_metrics)
-        engine, info = build_engine(config, model, clock, metrics, file)
-        metrics.bind(engine.snapshot, _cache_config(model, info))
+        built = build_engine(config, model, clock, metrics, file)
+        metrics.bind(built.engine.snapshot, built.cache_config)
         generator = Generator(script, model_name=model.name, context_length=model.context_length)
         models[model.name] = ServedModel(
             name=model.name,
             generator=generator,
-            engine=engine,
+            engine=built.engine,
             context_length=model.context_length,
             created=created,
-            info=info,
+            info=built.info,
             observe_lags=metrics.observe_lags,
+            embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
+            faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
         )
-    state = ApiState(models=models, clock=clock)
+
+    def abort_requests() -> int:
+        return sum(served.engine.abort_requests() for served in models.values())
+
+    lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
+    state = ApiState(models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes)
 
     async def start() -> None:
         for served in models.values():
@@ -207,6 +222,6 @@ def build_runtime(
         for served in models.values():
             await served.engine.stop()
 
-    app = create_app(state, on_startup=start, on_shutdown=stop)
-    app.router.routes.extend(hub.routes())
+    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
+    app.add_page_routes(hub.routes())
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub)

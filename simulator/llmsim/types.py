@@ -22,6 +22,16 @@ class FinishReason(enum.StrEnum):
     ERROR = "error"
 
 
+class ToolChoice(enum.StrEnum):
+    """Whether the model may, or must, answer with tool calls (OpenAI's ``tool_choice``)."""
+
+    NONE = "none"
+    AUTO = "auto"
+    REQUIRED = "required"
+    # One function, named in GenerationRequest.named_tool.
+    NAMED = "named"
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message reduced to what the simulator reads: its role and its text."""
@@ -50,6 +60,54 @@ class GenerationRequest:
     n: int = 1
     # True for /v1/chat/completions (per-message overhead counts), False for /v1/completions.
     chat: bool = True
+    # Names of the functions the request offers as tools.
+    tools: tuple[str, ...] = ()
+    tool_choice: ToolChoice = ToolChoice.NONE
+    # The function a NAMED tool_choice forces.
+    named_tool: str | None = None
+    # False: at most one tool call per answer.
+    parallel_tool_calls: bool = True
+    # response_format json_object / json_schema: the answer must be JSON.
+    json_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call of an answer; ``arguments`` is JSON text."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """What one output token adds to the answer's tool calls, as a tool-call parser streams it.
+
+    The token that completes a call's name carries ``name`` (the call's first delta); tokens of
+    its arguments carry their piece of the arguments' JSON text.
+    """
+
+    index: int
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """A change to when one request's tokens leave, in plain numbers (the API derives it from faults).
+
+    Token ``i``, due at ``t`` on the engine's own timeline, leaves at
+    ``arrival + slowdown * (t - arrival)``, plus ``pause_s`` from token ``pause_at`` on.
+    """
+
+    slowdown: float = 1.0
+    # Index of the first token held back by the pause.
+    pause_at: int = 0
+    pause_s: float = 0.0
+
+    def deadline(self, arrival: float, due: float, index: int) -> float:
+        paced = arrival + self.slowdown * (due - arrival)
+        return paced + self.pause_s if index >= self.pause_at else paced
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +124,12 @@ class GenerationPlan:
     variant: int | None = None
     # Position among the request's ``n`` choices.
     choice_index: int = 0
+    # The answer's tool calls (the tokens are their text as the model writes it), else ().
+    tool_calls: tuple[ToolCall, ...] = ()
+    # With tool_calls: per output token, what it adds to them (None: nothing, a wrapper token).
+    tool_deltas: tuple[ToolCallDelta | None, ...] = ()
+    # None for almost every request: the engine's own timeline, unchanged.
+    pacing: Pacing | None = None
 
     @property
     def num_output_tokens(self) -> int:
@@ -74,18 +138,15 @@ class GenerationPlan:
 
 @dataclass(slots=True)
 class TokenEvent:
-    """One token released by an engine.
+    """One token released by an engine; ``sim_time`` is its deadline on the simulated timeline.
 
-    ``sim_time`` is the token's deadline on the simulated timeline; ``lag`` is how late the
-    release was against it (the simulator's own error bar, never part of simulated latency).
+    How late the API sends it against that deadline is the token's *lag*, measured where the
+    chunk is written (the simulator's own error bar, never part of simulated latency).
     """
 
     index: int
     text: str
     sim_time: float
-    lag: float
-    # Simulated time the request waited before its first scheduled step.
-    queue_time: float
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,9 @@ class Exchange:
         )
 
 
-def http_scope(path: str, method: str = "POST") -> dict[str, Any]:
+def http_scope(path: str, method: str = "POST", headers: Sequence[tuple[bytes, bytes]] = ()) -> dict[str, Any]:
+    """``path`` may carry a query string (``/sleep?level=1``)."""
+    path, _, query = path.partition("?")
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -48,9 +51,9 @@ def http_scope(path: str, method: str = "POST") -> dict[str, Any]:
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
-        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
+        "headers": [(b"host", b"test"), (b"content-type", b"application/json"), *headers],
         "client": ("127.0.0.1", 50000),
         "server": ("test", 80),
     }
@@ -64,12 +67,15 @@ async def call(
     *,
     upload_s: float = 0.0,
     slow_writes: dict[int, float] | None = None,
+    method: str = "POST",
+    headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> Exchange:
     """POST ``body`` to ``path`` (None: the body was read already, for a bare response object).
 
     ``upload_s``: the body arrives that long after the call (a slow upload).
     ``slow_writes``: {n: seconds}: the n-th body write (0-based) takes that long to return, as a
     server applying back-pressure would.
+    ``headers``: request headers besides host and content-type.
     """
     ex = exchange or Exchange()
     loop = asyncio.get_running_loop()
@@ -97,7 +103,7 @@ async def call(
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             ex.disconnect.set()  # as a server does once the response is complete
 
-    await app(http_scope(path), receive, send)
+    await app(http_scope(path, method, headers), receive, send)
     return ex
 
 

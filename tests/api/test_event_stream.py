@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from starlette.responses import StreamingResponse
 
-from llmsim.api.event_stream import EventStreamResponse, _resume
+from llmsim.api.completion_bodies import ChunkTemplates
+from llmsim.api.completion_stream import CompletionStream
 from llmsim.api.routes import SSE_HEADERS
-from llmsim.api.sse import ChunkTemplates
-from llmsim.api.stream_encoder import StreamEncoder
+from llmsim.api.sse_response import SSEResponse, _resume
 from llmsim.engine import MonotonicClock
-from llmsim.engine.errors import EngineOverloaded
+from llmsim.engine.errors import EngineStopped
 from llmsim.runtime import Runtime, build_runtime
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 from tests.api.asgi_driver import Exchange, call, respond
@@ -187,7 +187,11 @@ async def test_a_choice_without_tokens_still_gets_its_role_and_finish(runtime: R
 async def test_headers_are_those_of_a_starlette_streaming_response(runtime: Runtime) -> None:
     ex = await call(runtime.app, CHAT, chat())
     reference = StreamingResponse(iter([b""]), media_type="text/event-stream", headers=SSE_HEADERS)
-    assert ex.start["headers"] == reference.raw_headers
+    # Plus the request id LlmsimApp adds to every response (a new uuid4 hex when the client sent none).
+    *headers, (name, value) = ex.start["headers"]
+    assert headers == reference.raw_headers
+    assert name == b"x-request-id"
+    assert re.fullmatch(rb"[0-9a-f]{32}", value)
 
 
 @pytest.mark.looptime
@@ -264,17 +268,16 @@ async def test_a_cancellation_from_elsewhere_is_not_swallowed(runtime: Runtime) 
     assert runtime.metrics.summary()["models"]["fixed"]["requests"]["abort"] == 1
 
 
-async def test_an_overloaded_engine_is_an_error_event_then_done() -> None:
-    # Headers are out when the engine refuses (its queue filled after the check): like vLLM, the
-    # error is an event and the stream still ends with [DONE]; no usage chunk.
-    async def refuse() -> AsyncGenerator[TokenEvent, None]:
-        if plan.tokens:  # always: keeps the yield below reachable, so this is an async generator
-            raise EngineOverloaded(4, 4)
-        yield TokenEvent(0, "", 0.0, 0.0, 0.0)
+async def test_an_engine_failing_mid_stream_is_an_error_event_then_done() -> None:
+    # Headers and a first token are out when the engine's step loop dies: like vLLM, the error is
+    # an event and the stream still ends with [DONE]; no usage chunk.
+    async def fail_after_one() -> AsyncGenerator[TokenEvent, None]:
+        yield TokenEvent(0, "a", 0.0)
+        raise EngineStopped("the scheduler step loop failed")
 
     plan = GenerationPlan(3, ("a", "b"), FinishReason.STOP, "e")
     seen: list[Sequence[float]] = []
-    encoder = StreamEncoder(
+    encoder = CompletionStream(
         ChunkTemplates("cmpl-1", 1, "m", chat=False),
         [plan],
         chat=False,
@@ -284,25 +287,34 @@ async def test_an_overloaded_engine_is_an_error_event_then_done() -> None:
         now=lambda: 0.0,
         observe_lags=seen.append,
     )
-    ex = await respond(EventStreamResponse(refuse(), partial(encoder.token, 0), encoder))
+    ex = await respond(SSEResponse(fail_after_one(), partial(encoder.token, 0), encoder))
+    token = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": None}],
+    }
     error = {
         "error": {
-            "message": "The server is overloaded: too many requests are waiting. Retry later.",
-            "type": "ServiceUnavailableError",
+            "message": "the scheduler step loop failed",
+            "type": "InternalServerError",
             "param": None,
-            "code": 503,
+            "code": 500,
         }
     }
     assert ex.start["status"] == 200
-    assert ex.writes == [b"data: " + json.dumps(error).encode() + b"\n\n" + DONE]
+    assert ex.body == sse(token) + b"data: " + json.dumps(error).encode() + b"\n\n" + DONE
     assert ex.complete
-    assert seen == [[]]
+    assert seen == [[0.0]]
 
 
 async def test_an_unexpected_error_is_a_plain_500_and_propagates(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Broken:
+        vocab_size = 128256
+
         def generate(self, request: Any) -> Any:
             raise RuntimeError("boom")
 

@@ -63,6 +63,7 @@ async def test_third_request_gets_503_while_one_runs_and_one_waits(tmp_path: Pat
         assert (snap.num_running, snap.num_waiting) == (1, 1)
         third = await call(runtime.app, "/v1/chat/completions", BODY)
         assert status(third) == 503
+        assert (b"retry-after", b"1") in third.sent[0][1]["headers"]
         assert body(third) == {
             "error": {
                 "message": "The server is overloaded: too many requests are waiting. Retry later.",
@@ -79,3 +80,36 @@ async def test_third_request_gets_503_while_one_runs_and_one_waits(tmp_path: Pat
             assert reply["usage"]["completion_tokens"] == 20
     finally:
         await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_streams_with_n_choices_are_refused_before_the_response_starts(tmp_path: Path) -> None:
+    """100 concurrent ``stream: true, n: 4`` requests against a waiting limit of 4: each is either a
+    complete 200 stream or a 503 with its JSON body, never a 200 followed by an error event."""
+    (tmp_path / "models.yml").write_text(CONFIG.replace("max_waiting_requests: 1", "max_waiting_requests: 4"))
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    runtime = build_runtime(
+        tmp_path / "models.yml",
+        tmp_path / "responses.yml",
+        clock=MonotonicClock(now=asyncio.get_running_loop().time),
+    )
+    engine = runtime.state.models["sim"].engine
+    await engine.start()
+    streamed = {**BODY, "stream": True, "n": 4}
+    try:
+        exchanges = await asyncio.gather(*(call(runtime.app, "/v1/chat/completions", streamed) for _ in range(100)))
+    finally:
+        await engine.stop()
+    codes = [status(ex) for ex in exchanges]
+    assert 0 < codes.count(200) < 100
+    assert set(codes) == {200, 503}
+    for ex, code in zip(exchanges, codes, strict=True):
+        text = b"".join(m.get("body", b"") for _, m in ex.sent[1:])
+        if code == 503:
+            assert json.loads(text)["error"]["code"] == 503
+            continue
+        assert b'"error"' not in text
+        assert text.endswith(b"data: [DONE]\n\n")
+        # 4 choices x 20 tokens, each token in its own chunk with its choice index.
+        for index in range(4):
+            assert text.count(b'"index":%d,"delta":{"content"' % index) == 20

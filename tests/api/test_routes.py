@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from llmsim.runtime import build_runtime
 
@@ -115,23 +117,40 @@ async def test_unknown_sampling_parameters_are_accepted(http: httpx.AsyncClient)
 
 
 @pytest.mark.parametrize(
-    ("body", "param"),
+    ("body", "err_type", "param", "message"),
     [
-        ({"model": "instant", "messages": []}, "messages"),
-        ({"model": "instant", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-        (chat("x", max_tokens=0), "max_tokens"),
-        (chat("x", n=0), "n"),
-        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        (
+            {"model": "instant", "messages": []},
+            "Bad Request",
+            "body.messages",
+            "1 validation error:\n  {'type': 'too_short'",
+        ),
+        (
+            {"model": "instant", "messages": [{"role": "wizard", "content": "x"}]},
+            "Bad Request",
+            "body.messages.0.role",
+            "1 validation error:\n  {'type': 'literal_error', 'loc': 'body.messages.0.role'",
+        ),
+        (
+            chat("x", max_tokens=0),
+            "BadRequestError",
+            "max_tokens",
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        ),
+        (chat("x", n=0), "BadRequestError", None, "n must be at least 1, got 0."),
+        ({"messages": [{"role": "user", "content": "x"}]}, "Bad Request", "body.model", "1 validation error:"),
     ],
 )
-async def test_validation_errors_are_400_with_param(http: httpx.AsyncClient, body: Any, param: str) -> None:
+async def test_validation_errors_are_400_with_vllm_type_and_param(
+    http: httpx.AsyncClient, body: Any, err_type: str, param: str | None, message: str
+) -> None:
     r = await http.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["type"] == "BadRequestError"
+    assert err["type"] == err_type
     assert err["code"] == 400
     assert err["param"] == param
-    assert err["message"].startswith("1 validation error:")
+    assert err["message"].startswith(message)
 
 
 async def test_image_parts_are_refused_by_a_text_model(http: httpx.AsyncClient) -> None:
@@ -154,3 +173,65 @@ async def test_unknown_route_and_method_are_openai_shaped(http: httpx.AsyncClien
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
     r = await http.get("/v1/chat/completions")
     assert r.status_code == 405
+    assert r.headers["allow"] == "POST"
+
+
+async def test_added_middleware_also_sees_the_completion_routes(tmp_path: Path) -> None:
+    """The completion routes' shortcut past FastAPI's stack must not hide them from user middleware."""
+    (tmp_path / "models.yml").write_text(CONFIG)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    seen: list[str] = []
+
+    @runtime.app.middleware("http")
+    async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        seen.append(request.url.path)
+        response = await call_next(request)
+        response.headers["x-seen-by"] = "middleware"
+        return response
+
+    transport = httpx.ASGITransport(app=runtime.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for path, payload in (
+            ("/v1/chat/completions", {"model": "instant", "messages": [{"role": "user", "content": "Hello!"}]}),
+            ("/v1/completions", {"model": "instant", "prompt": "Hello!", "stream": True}),
+        ):
+            r = await client.post(path, json=payload)
+            assert r.status_code == 200
+            assert r.headers["x-seen-by"] == "middleware"
+    assert seen == ["/v1/chat/completions", "/v1/completions"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_over_the_limit_is_413_in_openais_shape(tmp_path: Path, declared: bool) -> None:
+    (tmp_path / "models.yml").write_text(CONFIG)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    limit = 1000
+    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml", max_request_bytes=limit)
+    payload = json.dumps({"model": "instant", "prompt": "x" * 2000}).encode()
+    content: bytes | AsyncIterator[bytes] = payload
+    if not declared:
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for i in range(0, len(payload), 256):
+                yield payload[i : i + 256]
+
+        content = chunks()
+    transport = httpx.ASGITransport(app=runtime.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        r = await client.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert r.json() == {
+            "error": {
+                "message": f"The request body is larger than the server's limit of {limit} bytes"
+                " (llmsim serve --max-request-bytes).",
+                "type": "RequestEntityTooLarge",
+                "param": None,
+                "code": 413,
+            }
+        }
+        # Just under the limit is served.
+        small = json.dumps({"model": "instant", "prompt": "x" * 900})
+        assert len(small) <= limit
+        ok = await client.post("/v1/completions", content=small, headers={"content-type": "application/json"})
+        assert ok.status_code == 200

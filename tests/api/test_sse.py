@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmsim.api.sse import DONE, ChunkTemplates
-from llmsim.types import FinishReason
+from llmsim.api.completion_bodies import DONE, ChunkTemplates, dumps_compact
+from llmsim.api.completion_stream import CompletionStream
+from llmsim.types import FinishReason, GenerationPlan
 
 
 def parse(chunk: bytes) -> Any:
@@ -83,3 +84,54 @@ def test_percent_signs_in_id_and_model_stay_literal() -> None:
     assert (got["id"], got["model"]) == ("cmpl-%d%s", "m%%o%sdel")
     assert got["choices"][0]["text"] == "50%"
     assert parse(ChunkTemplates("c%s", 1, "%d", chat=True).role(0))["id"] == "c%s"
+
+
+@given(
+    text=st.text(),
+    index=st.integers(0, 200),
+    top=st.lists(st.tuples(st.text(), st.floats(allow_nan=False, allow_infinity=False)), max_size=3),
+    usage=st.none() | st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)),
+)
+def test_rich_choice_chunk_matches_dict_encoding(
+    text: str, index: int, top: list[tuple[str, float]], usage: tuple[int, int] | None
+) -> None:
+    t = ChunkTemplates("chatcmpl-1", 1700000000, 'm"odel', chat=True)
+    choice = {
+        "index": index,
+        "delta": {"content": text},
+        "logprobs": {"content": [{"token": tok, "logprob": lp, "bytes": None, "top_logprobs": []} for tok, lp in top]},
+        "finish_reason": None,
+    }
+    got = parse(t.choice(dumps_compact(choice), usage))
+    expected: dict[str, Any] = {**HEAD, "choices": [choice]}
+    if usage is not None:
+        expected["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+            "prompt_tokens_details": None,
+        }
+    assert got == expected
+
+
+def test_only_requests_asking_for_more_leave_the_template_path() -> None:
+    plan = GenerationPlan(3, ("a", "b"), FinishReason.STOP, "e")
+
+    def stream(**kw: Any) -> CompletionStream:
+        chunks = ChunkTemplates("c", 1, "m", chat=True)
+        return CompletionStream(
+            chunks,
+            [plan],
+            chat=True,
+            prompt_tokens=3,
+            continuous_usage=False,
+            include_usage=False,
+            now=lambda: 0.0,
+            observe_lags=lambda lags: None,
+            **kw,
+        )
+
+    plain = stream()
+    assert plain.encode == plain.token
+    rich = stream(logprobs=0)
+    assert rich.encode == rich.rich_token

@@ -78,8 +78,32 @@ models:
             "models[0] (name 'a'): field 'profile': unknown model profile",
         ),
         ("models: [{engine: fixed}]", "models[0]: field 'name': required field is missing"),
-        ("models: [{name: a, engine: fixed}\n", "invalid YAML: line"),
+        # A misspelt field is named as unknown (not as the field it leaves missing), with the known ones.
+        (
+            "models: [{nmae: a, engine: fixed}]",
+            "models[0]: field 'nmae': unknown field (allowed: name, engine, profile, hardware, context_length,",
+        ),
+        (
+            "models:\n  - {name: a, engine: fixed}\n  - {name: a, engine: instant}",
+            "models[1] (name 'a'): field 'name': duplicate name 'a'",
+        ),
+        ("models: []", "field 'models': expected a non-empty list"),
+        (
+            "models: [{name: a, engine: fixed, legacy_metrics: [1]}]",
+            "models[0] (name 'a'): field 'legacy_metrics': expected true or false, got list",
+        ),
+        (
+            "hardware: {gpu: {hbm_gib: 0, memory_bandwidth_gbps: 1, peak_tflops: 1}}\nmodels: [{name: a, engine: fixed}]",
+            "field 'hardware.gpu.hbm_gib': Input should be greater than 0",
+        ),
+        ("models: [{name: a, engine: fixed}\n", "invalid YAML: line 2, column 1"),
+        ("models: [{name: a, engine: 'fi\x07xed'}]", "invalid YAML: line 1, column 31: unacceptable character #x0007"),
+        (
+            "models: [{name: a, engine: instant, embeddings: {dimensions: 0}}]",
+            "models[0] (name 'a'): field 'embeddings.dimensions': Input should be greater than 0",
+        ),
         ("[1, 2]", "expected a mapping"),
+        ("", "expected a mapping with a 'models' list"),
     ],
 )
 def test_errors_name_file_entry_and_field(tmp_path: Path, text: str, expected: str) -> None:
@@ -95,3 +119,70 @@ def test_errors_name_file_entry_and_field(tmp_path: Path, text: str, expected: s
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read file"):
         load_models_config(tmp_path / "nope.yml")
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "models.yml"
+    # Latin-1 "é" (0xE9) after 22 bytes; UTF-8 would need a continuation byte where "," is.
+    path.write_bytes(b"models:\n  - {name: caf\xe9, engine: instant}\n")
+    with pytest.raises(ConfigError) as info:
+        load_models_config(path)
+    assert str(info.value) == f"{path}: not UTF-8 text: invalid continuation byte at byte 22 (line 2, column 15)"
+
+
+def test_faults_and_startup_seconds_parse_with_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+startup_seconds: 12.5
+models:
+  - name: a
+    engine: fixed
+    faults: {seed: 42, rates: {rate_limit: 0.1, stall: 0.25}, stall_ms: 300, header_override: true}
+  - {name: b, engine: fixed}
+""",
+    )
+    config = load_models_config(path)
+    assert config.startup_seconds == 12.5
+    a = config.model("a").faults
+    assert (a.seed, a.rates.rate_limit, a.rates.stall, a.rates.crash) == (42, 0.1, 0.25, 0.0)
+    assert (a.stall_ms, a.slow_factor, a.header_override) == (300, 2.0, True)
+    assert a.enabled
+    b = config.model("b").faults
+    assert not b.enabled
+    assert load_models_config().startup_seconds == 0
+
+
+@pytest.mark.parametrize(
+    ("faults", "expected"),
+    [
+        ("{rates: {rate_limit: 1.5}}", "field 'faults.rates.rate_limit': Input should be less than or equal to 1"),
+        ("{rates: {teapot: 0.5}}", "field 'faults.rates.teapot': unknown field"),
+        (
+            "{rates: {server_error: 0.6, unavailable: 0.5}}",
+            "field 'faults.rates': the rates add up to 1.1",
+        ),
+        ("{slow_factor: 0.5}", "field 'faults.slow_factor': Input should be greater than or equal to 1"),
+        ("{stall_ms: -1}", "field 'faults.stall_ms': Input should be greater than or equal to 0"),
+    ],
+)
+def test_fault_errors_name_the_entry_and_field(tmp_path: Path, faults: str, expected: str) -> None:
+    path = write(tmp_path, f"models:\n  - {{name: a, engine: fixed, faults: {faults}}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_models_config(path)
+    assert f"{path}: models[0] (name 'a'): {expected}" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_rates_adding_up_to_exactly_one_are_accepted(tmp_path: Path) -> None:
+    # 0.1 + 0.2 + 0.7 is 1.0000000000000002 in binary floating point: still one fault per request.
+    path = write(
+        tmp_path, "models:\n  - {name: a, engine: fixed, faults: {rates: {rate_limit: 0.1, stall: 0.2, slow: 0.7}}}\n"
+    )
+    assert load_models_config(path).model("a").faults.rates.slow == 0.7
+
+
+def test_negative_startup_seconds_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "startup_seconds: -1\nmodels: [{name: a, engine: fixed}]\n")
+    with pytest.raises(ConfigError, match="field 'startup_seconds': Input should be greater than or equal to 0"):
+        load_models_config(path)

@@ -8,7 +8,7 @@ import pytest
 
 from llmsim.errors import ConfigError
 from llmsim.llm import EMBEDDED_RESPONSES, load_responses, parse_responses
-from llmsim.llm.script import Content, MatchKind, Synthetic, Variants
+from llmsim.llm.script import Content, JsonAnswer, MatchKind, Synthetic, ToolCalls, Variants
 
 
 def test_embedded_default_has_every_kind_of_entry() -> None:
@@ -17,7 +17,7 @@ def test_embedded_default_has_every_kind_of_entry() -> None:
     kinds = {e.match.kind for e in script.entries if e.match is not None}
     assert kinds == set(MatchKind)
     bodies = {type(e.body) for e in script.entries}
-    assert bodies == {Content, Variants, Synthetic}
+    assert bodies == {Content, Variants, Synthetic, JsonAnswer, ToolCalls}
     assert any(e.match is not None and e.match.regex is not None and e.match.regex.groupindex for e in script.entries)
     assert script.default.id == "default"
 
@@ -78,6 +78,40 @@ GOOD_DEFAULT = "default: {content: d}\n"
         ("responses: {a: 1}\n" + GOOD_DEFAULT, None, "responses", "expected a list, got mapping"),
         ("responses: [{match: {exact: a}, content: x}]\n" + GOOD_DEFAULT, "responses[0]", "id", "required field"),
         (
+            "responses: [{id: '', match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0]",
+            "id",
+            "must not be empty",
+        ),
+        # A misspelt field is named as unknown (not as the field it leaves missing), with the known ones.
+        (
+            "responses: [{id: a, mtch: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "mtch",
+            "unknown field (allowed: id, match, content, variants, synthetic, tool_calls, json)",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, content: x, colour: red}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "colour",
+            "unknown field (allowed: id, match, content, variants, synthetic, tool_calls, json)",
+        ),
+        # Without any body, a misspelt body is named in the message.
+        (
+            "responses: [{id: a, match: {exact: a}, contnet: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            None,
+            "exactly one body of content, variants, synthetic, tool_calls, json is required (got none; unknown field 'contnet')",
+        ),
+        (
+            "responses: [{id: a, match: 3, content: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "match",
+            "expected a mapping, got integer",
+        ),
+        ("version: true\n" + GOOD_DEFAULT, None, "version", "expected an integer, got boolean"),
+        ("[1, 2]\n", None, None, "expected a mapping, got list"),
+        (
             "responses: [{id: 3, match: {exact: a}, content: x}]\n" + GOOD_DEFAULT,
             "responses[0]",
             "id",
@@ -113,7 +147,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exactly: a}, content: x}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "match.exactly",
-            "unknown field",
+            "unknown field (allowed: exact, regex, starts_with, contains, ignore_case)",
         ),
         (
             "responses: [{id: a, match: {exact: []}, content: x}]\n" + GOOD_DEFAULT,
@@ -155,7 +189,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exact: a}}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             None,
-            "exactly one body of content, variants, synthetic is required (got none)",
+            "exactly one body of content, variants, synthetic, tool_calls, json is required (got none)",
         ),
         (
             "responses: [{id: a, match: {exact: a}, content: x, variants: [y]}]\n" + GOOD_DEFAULT,
@@ -168,6 +202,12 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses[0] (id 'a')",
             "variants",
             "expected a non-empty list",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, variants: x}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "variants",
+            "expected a list, got string",
         ),
         (
             "responses: [{id: a, match: {exact: a}, variants: [x, 2]}]\n" + GOOD_DEFAULT,
@@ -191,7 +231,7 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "responses: [{id: a, match: {exact: a}, synthetic: {tokens: 5}}]\n" + GOOD_DEFAULT,
             "responses[0] (id 'a')",
             "synthetic.tokens",
-            "expected [min, max]",
+            "expected [min, max], got integer",
         ),
         (
             "responses: [{id: a, match: {exact: a}, synthetic: {tokens: [1, x]}}]\n" + GOOD_DEFAULT,
@@ -211,6 +251,13 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "content",
             "unknown template variable 'nmae'",
         ),
+        # The variable's name reaches the message verbatim, even when it looks like a placeholder.
+        (
+            "responses: [{id: a, match: {exact: a}, content: 'hi {message}'}]\n" + GOOD_DEFAULT,
+            "responses[0] (id 'a')",
+            "content",
+            "unknown template variable 'message' (known: last_user_message, model)",
+        ),
         # A regex's groups are known only to that entry's body.
         (
             "responses: [{id: a, match: {exact: a}, content: '{city}'}]\n" + GOOD_DEFAULT,
@@ -225,7 +272,13 @@ GOOD_DEFAULT = "default: {content: d}\n"
             "single '{'",
         ),
         ("responses: [7]\n" + GOOD_DEFAULT, "responses[0]", None, "expected a mapping, got integer"),
-        ("default: {match: {exact: a}, content: x}\n", "default", "match", "unknown field"),
+        (
+            "default: {match: {exact: a}, content: x}\n",
+            "default",
+            "match",
+            "unknown field (allowed: content, variants, synthetic, tool_calls, json)",
+        ),
+        ("default:\n", "default", None, "expected a mapping, got null"),
         ("default: {content: '{city}'}\n", "default", "content", "unknown template variable 'city'"),
         ("default: {}\n", "default", None, "exactly one body"),
     ],
@@ -257,3 +310,81 @@ def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_responses(tmp_path / "nope.yml")
     assert str(exc.value).startswith(f"{tmp_path / 'nope.yml'}: cannot read file")
+
+
+def test_ignore_case_applies_to_a_regex_wherever_it_is_written() -> None:
+    # ignore_case after the regex in the mapping still compiles it case-insensitively.
+    script = parse_responses(
+        "responses: [{id: a, match: {regex: 'HELLO (?P<who>\\w+)', ignore_case: true}, content: '{who}'}]\n"
+        + GOOD_DEFAULT,
+        "f",
+    )
+    match = script.entries[0].match
+    assert match is not None
+    assert match.test("hello World", "hello world") == {"who": "World"}
+    strict = parse_responses("responses: [{id: a, match: {regex: 'HELLO'}, content: x}]\n" + GOOD_DEFAULT, "f")
+    assert strict.entries[0].match is not None
+    assert strict.entries[0].match.test("hello", "hello") is None
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    # Latin-1 "é" (0xE9) after 23 bytes; UTF-8 would need a continuation byte where "," is.
+    path.write_bytes(b"default:\n  content: caf\xe9, bonjour\n")
+    with pytest.raises(ConfigError) as exc:
+        load_responses(path)
+    assert str(exc.value) == f"{path}: not UTF-8 text: invalid continuation byte at byte 23 (line 2, column 15)"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        ("responses: [{id: a, match: {exact: a}, tool_calls: []}]\n", "tool_calls", "expected a non-empty list"),
+        ("responses: [{id: a, match: {exact: a}, tool_calls: [{arguments: {}}]}]\n", "tool_calls[0].name", "required"),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: ''}]}]\n",
+            "tool_calls[0].name",
+            "must not be empty",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, arguments: [1]}]}]\n",
+            "tool_calls[0].arguments",
+            "expected a mapping",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, args: {}}]}]\n",
+            "tool_calls[0].args",
+            "unknown field",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, tool_calls: [{name: f, arguments: {c: '{city}'}}]}]\n",
+            "tool_calls[0].arguments.c",
+            "unknown template variable 'city'",
+        ),
+        (
+            "responses: [{id: a, match: {exact: a}, json: {x: [1, '{nope}']}}]\n",
+            "json.x[1]",
+            "unknown template variable 'nope'",
+        ),
+        ("responses: [{id: a, match: {exact: a}, json: {a: 1}, content: x}]\n", None, "exactly one body"),
+    ],
+)
+def test_tool_call_and_json_bodies_are_checked(text: str, field: str | None, message: str) -> None:
+    exc = error(text + GOOD_DEFAULT)
+    assert (exc.entry, exc.field) == ("responses[0] (id 'a')", field)
+    assert message in exc.message
+
+
+def test_tool_call_and_json_bodies_render_templates_into_json() -> None:
+    script = parse_responses(
+        "responses:\n"
+        "  - {id: t, match: {regex: 'in (?P<city>\\w+)'}, tool_calls: [{name: f, arguments: {city: '{city}', n: 2}}]}\n"
+        "  - {id: j, match: {exact: j}, json: {said: '{last_user_message}', list: [true, null, 1.5]}}\n" + GOOD_DEFAULT,
+        "f",
+    )
+    calls, answer = script.entries[0].body, script.entries[1].body
+    assert isinstance(calls, ToolCalls)
+    assert isinstance(answer, JsonAnswer)
+    assert calls.calls[0].name == "f"
+    assert calls.calls[0].arguments.render({"city": 'Pa"ris'}) == '{"city": "Pa\\"ris", "n": 2}'
+    assert answer.value.render({"last_user_message": "j"}) == '{"said": "j", "list": [true, null, 1.5]}'

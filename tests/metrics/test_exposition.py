@@ -13,7 +13,7 @@ def busy(hub: MetricsHub, name: str, scale: int) -> None:
     m = hub.models[name]
     for i in range(scale):
         t0 = i * 0.37
-        m.on_first_token(RequestId(str(i)), 0.021 * i, 0.0)
+        m.on_first_token(0.021 * i)
         times = [t0 + 0.2 + 0.013 * k for k in range(i % 7)]
         m.on_request_finished(
             RequestStats(
@@ -77,3 +77,26 @@ def test_models_added_after_the_first_scrape_appear() -> None:
     fast, reference = both(hub)
     assert fast == reference
     assert 'model_name="b"' in fast
+
+
+def test_injected_faults_are_counted_by_kind_on_both_pages() -> None:
+    hub = MetricsHub()
+    m = hub.add_model("flaky", max_model_len=100)
+    for kind in ["stall", "rate_limit", "stall", "crash"]:
+        m.count_fault(kind)
+    fast, reference = both(hub)
+    assert fast == reference
+    lines = [line for line in fast.splitlines() if line.startswith("llmsim_faults_injected_total{")]
+    counts = {line.split('kind="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in lines}
+    # Every kind, the ones never injected at 0.
+    assert counts == {
+        "rate_limit": "1.0",
+        "server_error": "0.0",
+        "unavailable": "0.0",
+        "bad_request": "0.0",
+        "abort_mid_stream": "0.0",
+        "stall": "2.0",
+        "slow": "0.0",
+        "crash": "1.0",
+    }
+    assert "# TYPE llmsim_faults_injected_total counter" in fast

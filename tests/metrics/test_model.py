@@ -44,8 +44,8 @@ C = RequestStats(RequestId("c"), 10, 1, FinishReason.LENGTH, 3.0, 3.0, 3.5, 3.5,
 def fed(**kwargs: object) -> tuple[MetricsHub, ModelMetrics]:
     hub = MetricsHub()
     m = hub.add_model("m", max_model_len=4096, **kwargs)  # type: ignore[arg-type]
-    m.on_first_token(RequestId("a"), 1.0, 0.25)
-    m.on_first_token(RequestId("c"), 0.5, 0.0)
+    m.on_first_token(1.0)
+    m.on_first_token(0.5)
     for stats in (A, B, C):
         m.on_request_finished(stats)
     m.on_step(step(0, prefill=100, decode=0, batch=1))

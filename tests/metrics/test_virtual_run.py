@@ -24,15 +24,15 @@ PARAMS = SchedulerParams(
 
 def feed(result: SimulationResult, m: ModelMetrics) -> None:
     """Replay in the driver's order: first tokens, step stats, finished requests."""
-    for i, r in enumerate(result.requests):
+    for r in result.requests:
         if r.ttft is not None:
-            m.on_first_token(RequestId(str(i)), r.ttft, r.queue_time)
+            m.on_first_token(r.ttft)
     for s in result.steps:
         m.on_step(s)
-    for i, r in enumerate(result.requests):
+    for r in result.requests:
         m.on_request_finished(
             RequestStats(
-                request_id=RequestId(str(i)),
+                request_id=RequestId(str(r.index)),
                 prompt_tokens=r.prompt_tokens,
                 output_tokens=r.output_tokens,
                 finish_reason=r.finish_reason,

@@ -49,6 +49,25 @@ def full_spec() -> dict[str, Any]:
     }
 
 
+def faults_spec() -> dict[str, Any]:
+    """Fault injection, a slow start, a shutdown grace and keys from Secrets."""
+    return {
+        "model": {"name": "flaky", "profile": "qwen2.5-0.5b"},
+        "hardware": {"profile": "l4-24gb"},
+        "faults": {
+            "seed": 42,
+            "rates": {"rateLimit": 0.05, "serverError": 0.01, "abortMidStream": 0.02, "stall": 0.1, "crash": 0.001},
+            "stallMs": 2500,
+            "slowFactor": 4,
+            "headerOverride": True,
+        },
+        "startupSeconds": 45,
+        "shutdownTimeoutSeconds": 20,
+        "apiKeySecretRef": {"name": "llama-keys"},
+        "adminKeySecretRef": {"name": "ops-keys", "key": "token"},
+    }
+
+
 def simulator(name: str = "llama", spec: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
     """An LLMSimulator object as the API server returns it (before the operator writes status)."""
     return {

@@ -66,11 +66,11 @@ def test_run_without_the_extra_says_which_extra_in_one_line() -> None:
 
 
 def test_default_crd_keeps_every_cel_rule() -> None:
-    # The RULE_* constants in crd.py: name, scheduler model, hardware, responses, disruption budget.
-    assert cel_rules(custom_resource_definition()) == 5
+    # The RULE_* constants in crd.py: name, scheduler model, hardware, responses, fault rates, disruption budget.
+    assert cel_rules(custom_resource_definition()) == 6
 
 
-@pytest.mark.parametrize(("version", "kept"), [("1.20", 0), ("v1.24.9", 0), ("1.25", 5), ("1.31.2-gke.100", 5)])
+@pytest.mark.parametrize(("version", "kept"), [("1.20", 0), ("v1.24.9", 0), ("1.25", 6), ("1.31.2-gke.100", 6)])
 def test_kube_version_leaves_out_cel_rules_before_1_25(
     capsys: pytest.CaptureFixture[str], version: str, kept: int
 ) -> None:
@@ -89,6 +89,7 @@ def test_kube_version_leaves_out_cel_rules_before_1_25(
         del schema["properties"]["spec"]["properties"]["hardware"]["x-kubernetes-validations"]
         del schema["properties"]["spec"]["properties"]["responses"]["x-kubernetes-validations"]
         del schema["properties"]["spec"]["properties"]["podDisruptionBudget"]["x-kubernetes-validations"]
+        del schema["properties"]["spec"]["properties"]["faults"]["properties"]["rates"]["x-kubernetes-validations"]
         expected["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
     assert crd == expected
 

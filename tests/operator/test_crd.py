@@ -107,7 +107,7 @@ def test_every_cel_rule_has_a_python_twin() -> None:
 
     source = inspect.getsource(spec_module)
     rules = [name for name in dir(crd) if name.startswith("RULE_")]
-    assert len(rules) == 5
+    assert len(rules) == 6
     for name in rules:
         assert f"crd.{name}[1]" in source, f"{name} is not re-checked in spec.py"
     cel = [
@@ -133,8 +133,8 @@ def test_examples_pass_schema_and_operator_checks(path: Path) -> None:
         parse_responses(inline, f"{path.name}: spec.responses.inline")
 
 
-def test_examples_are_three_simulators_two_autoscalers_and_a_scrape_job() -> None:
-    assert len(SIMULATOR_EXAMPLES) == 3
+def test_examples_are_simulators_two_autoscalers_and_a_scrape_job() -> None:
+    assert len(SIMULATOR_EXAMPLES) >= 3
     assert {p.name for p in EXAMPLES} - {p.name for p in SIMULATOR_EXAMPLES} == {
         "keda-scaledobject.yaml",
         "hpa-prometheus-adapter.yaml",
@@ -182,6 +182,11 @@ def test_autoscaler_examples_scale_the_simulator_on_its_queue() -> None:
         {"model": {"name": "m"}, "resources": {"limits": {"memory": "lots"}}},
         {"model": {"name": "m"}, "podDisruptionBudget": {"maxUnavailable": "lots"}},
         {"model": {"name": "m"}, "podDisruptionBudget": {"minAvailable": -1}},
+        {"model": {"name": "m"}, "faults": {"rates": {"stall": 1.5}}},
+        {"model": {"name": "m"}, "faults": {"slowFactor": 0.5}},
+        {"model": {"name": "m"}, "startupSeconds": -1},
+        {"model": {"name": "m"}, "shutdownTimeoutSeconds": -1},
+        {"model": {"name": "m"}, "apiKeySecretRef": {"key": "k"}},
     ],
 )
 def test_schema_rejects(spec: dict[str, Any]) -> None:

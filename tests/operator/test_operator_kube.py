@@ -637,3 +637,31 @@ def test_operator_log_has_no_permission_errors(operator: OperatorProcess) -> Non
     log = Path(operator.log_path).read_text(errors="replace").splitlines()
     denied = [line for line in log if "forbidden" in line.lower() and "being terminated" not in line]
     assert denied == []
+
+
+def test_faults_lifecycle_and_keys_reach_the_pods(dyn: Any, namespace: str) -> None:
+    from tests.operator.builders import faults_spec
+
+    spec = faults_spec()
+    del spec["adminKeySecretRef"]["key"]  # the API server fills in the default key
+    sim = create(dyn, namespace, "flaky", spec)
+    assert sim["spec"]["adminKeySecretRef"] == {"name": "ops-keys", "key": "admin-key"}
+    assert sim["spec"]["faults"]["rates"]["stall"] == 0.1
+    children = wait_children(dyn, namespace, "flaky", sim["metadata"]["uid"])
+    models = parse_models_yml(children["ConfigMap"])
+    assert models["startup_seconds"] == 45
+    assert models["models"][0]["faults"]["rates"]["abort_mid_stream"] == 0.02
+    pod = children["Deployment"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 30
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/ping"
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["LLMSIM_API_KEY"] == {"secretKeyRef": {"name": "llama-keys", "key": "api-key"}}
+    assert env["LLMSIM_ADMIN_KEY"] == {"secretKeyRef": {"name": "ops-keys", "key": "admin-key"}}
+    assert env["LLMSIM_POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+
+
+def test_a_fault_rate_above_one_is_rejected_by_the_schema(dyn: Any, namespace: str) -> None:
+    with pytest.raises(ApiException) as info:
+        create(dyn, namespace, "bad", {"model": {"name": "m"}, "faults": {"rates": {"crash": 1.5}}})
+    assert info.value.status == 422

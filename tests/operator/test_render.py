@@ -17,7 +17,7 @@ from llmsim_operator.documents import dump_all
 from llmsim_operator.render import Children, Owner, render_children
 from llmsim_operator.simulator_config import config_data, config_hash
 from llmsim_operator.spec import parse_spec
-from tests.operator.builders import NAMESPACE, UID, full_spec, minimal_spec
+from tests.operator.builders import NAMESPACE, UID, faults_spec, full_spec, minimal_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 K8S_VERSION = "1.28.0"
@@ -32,6 +32,7 @@ CASES: dict[str, dict[str, Any]] = {
         "latency": {"ttftOverheadMs": 20, "prefillTokensPerSecond": 20000, "itlMs": 15},
         "autoscaling": {"external": True},
     },
+    "faults-lifecycle-keys": faults_spec(),
 }
 
 
@@ -91,8 +92,9 @@ def test_deployment_runs_llmsim_serve_on_the_config() -> None:
     assert container["image"] == IMAGE
     assert container["args"] == ["--config", "/etc/llmsim/models.yml", "--host", "0.0.0.0", "--port", "8000"]
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    # Ready once the simulated load is done; alive whenever the process answers (never killed while loading).
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/ping", "port": "http"}
     assert {"name": "config", "configMap": {"name": "llama-config"}} in pod["volumes"]
     assert pod["enableServiceLinks"] is False
 
@@ -198,3 +200,31 @@ def test_pod_disruption_budget_only_for_fleets(
 def test_an_external_autoscaler_keeps_the_budget() -> None:
     spec = minimal_spec() | {"autoscaling": {"external": True}, "podDisruptionBudget": {"enabled": True}}
     assert render(spec).pod_disruption_budget is not None
+
+
+def test_pods_know_their_name_and_namespace_through_the_downward_api() -> None:
+    (container,) = render(minimal_spec()).deployment["spec"]["template"]["spec"]["containers"]
+    assert container["env"] == [
+        {"name": "LLMSIM_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "LLMSIM_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def test_keys_come_from_secrets() -> None:
+    (container,) = render(faults_spec()).deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["LLMSIM_API_KEY"] == {"secretKeyRef": {"name": "llama-keys", "key": "api-key"}}
+    assert env["LLMSIM_ADMIN_KEY"] == {"secretKeyRef": {"name": "ops-keys", "key": "token"}}
+    # The keys never land in the ConfigMap or the args.
+    rendered = dump_all(objects(render(faults_spec())))
+    assert "LLMSIM_API_KEY" in rendered
+    assert "--api-key" not in rendered
+
+
+def test_the_grace_period_covers_the_shutdown_timeout() -> None:
+    default = render(minimal_spec()).deployment["spec"]["template"]["spec"]
+    assert default["terminationGracePeriodSeconds"] == 10  # vLLM's default: abort at once, then 10 s to exit
+    assert "--shutdown-timeout" not in default["containers"][0]["args"]
+    graceful = render(minimal_spec() | {"shutdownTimeoutSeconds": 45}).deployment["spec"]["template"]["spec"]
+    assert graceful["terminationGracePeriodSeconds"] == 55
+    assert graceful["containers"][0]["args"][-2:] == ["--shutdown-timeout", "45"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from llmsim.config.loader import parse_models_config
 from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
 from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
-from llmsim_operator.spec import parse_spec
-from tests.operator.builders import NAMESPACE, full_spec, minimal_spec
+from llmsim_operator.spec import InvalidSpec, parse_spec
+from tests.operator.builders import NAMESPACE, faults_spec, full_spec, minimal_spec
 
 
 def test_minimal_spec_loads_in_llmsim_with_the_profile_merged() -> None:
@@ -68,3 +69,34 @@ def test_hash_changes_with_any_byte_and_not_with_key_order() -> None:
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash({**a, "responses.yml": "r \n"})
     assert len(config_hash(a)) == 16
+
+
+def test_faults_and_startup_load_in_llmsim_with_the_spec_numbers() -> None:
+    sim = parse_spec("flaky", NAMESPACE, faults_spec())
+    config = parse_models_config(models_yaml(sim), "models.yml")
+    assert config.startup_seconds == 45
+    faults = config.model("flaky").faults
+    assert faults.seed == 42
+    assert (faults.stall_ms, faults.slow_factor, faults.header_override) == (2500, 4, True)
+    rates = faults.rates
+    assert (rates.rate_limit, rates.server_error, rates.abort_mid_stream, rates.stall, rates.crash) == (
+        0.05,
+        0.01,
+        0.02,
+        0.1,
+        0.001,
+    )
+    assert (rates.unavailable, rates.bad_request, rates.slow) == (0, 0, 0)
+
+
+def test_no_faults_section_without_faults() -> None:
+    for spec in (minimal_spec(), minimal_spec() | {"faults": {}}, minimal_spec() | {"faults": {"rates": {}}}):
+        doc = yaml.safe_load(models_yaml(parse_spec("x", NAMESPACE, spec)))
+        assert "faults" not in doc["models"][0]
+        assert "startup_seconds" not in doc
+
+
+def test_rates_adding_up_to_more_than_one_are_refused() -> None:
+    spec = minimal_spec() | {"faults": {"rates": {"stall": 0.6, "slow": 0.5}}}
+    with pytest.raises(InvalidSpec, match=r"faults\.rates add up to more than 1"):
+        parse_spec("x", NAMESPACE, spec)

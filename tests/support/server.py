@@ -55,8 +55,9 @@ def running_server(
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     startup_timeout: float = 30.0,
+    ready_path: str = "/health",
 ) -> Iterator[ServerProcess]:
-    """Write the given YAML texts to files, start ``llmsim serve`` and wait for /health."""
+    """Write the given YAML texts to files, start ``llmsim serve`` and wait for ``ready_path`` to answer 200."""
     args = [sys.executable, "-m", "llmsim.cli", "serve", "--host", "127.0.0.1"]
     if config is not None:
         path = tmp_path / "models.yml"
@@ -78,7 +79,7 @@ def running_server(
             if proc.poll() is not None:
                 raise RuntimeError(f"llmsim serve exited with {proc.returncode}:\n{server.log()}")
             try:
-                if httpx.get(server.base_url + "/health", timeout=1.0).status_code == 200:
+                if httpx.get(server.base_url + ready_path, timeout=1.0).status_code == 200:
                     break
             except httpx.TransportError:
                 pass

@@ -3,23 +3,60 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import routes
-from llmsim.api.errors import APIError, api_error_handler
+from llmsim.api import admin_routes, routes
+from llmsim.api.access import Access
+from llmsim.api.dropped_connection import quiet_dropped_connections
+from llmsim.api.errors import APIError, api_error_handler, request_too_large
+from llmsim.api.identity import Identity, with_headers
+from llmsim.api.lifecycle import Lifecycle
+from llmsim.api.openapi import add_request_schemas, request_body, responses
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
+from llmsim.api.response_models import (
+    ChatCompletionResponse,
+    CompletionResponse,
+    DetokenizeResponse,
+    EmbeddingResponse,
+    FaultSettings,
+    IsSleepingResponse,
+    LoadResponse,
+    ModelList,
+    SleepResponse,
+    TokenizeResponse,
+    VersionResponse,
+    WakeUpResponse,
+)
 from llmsim.api.state import ApiState
 
 Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+# What the metrics pages (metrics/hub.py) answer, for /openapi.json: status and content type.
+_PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
+    ("/metrics", "GET"): (200, "text/plain"),
+    ("/metrics/summary", "GET"): (200, "application/json"),
+    ("/metrics/summary", "DELETE"): (204, None),
+}
 
 
 class LlmsimApp(FastAPI):
@@ -29,28 +66,130 @@ class LlmsimApp(FastAPI):
     from it, so request handling before the engine (shorter than TTFT) is absorbed instead of
     being added to the simulated latency.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and the middleware
-    stack (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's own
-    ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
+    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and FastAPI's own
+    middleware (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's
+    own ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
     Every other request, and these paths with other methods (405), go through FastAPI.
+
+    NOTE: the shortcut holds only while nobody added middleware (``add_middleware`` or
+    ``@app.middleware``): from then on every request goes through the stack, so a middleware can
+    never silently miss the completion routes.
+
+    What must apply to every request, fast path included, is done here, once per request and
+    never per token: API and admin keys (:mod:`.access`: a refused request gets its 401 before
+    any route), the identity headers (:mod:`.identity`: added to the fast path's response
+    object, through a ``send`` wrapper on the other routes), and the count of generation
+    requests in flight that a shutdown drains (:mod:`.lifecycle`).
     """
 
-    def __init__(self, *, now: Callable[[], float], hot: Mapping[str, Endpoint], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        now: Callable[[], float],
+        hot: Mapping[str, Endpoint],
+        max_request_bytes: int,
+        access: Access | None = None,
+        identity: Identity | None = None,
+        lifecycle: Lifecycle | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._now = now
         self._hot = dict(hot)
+        self._access = access or Access()
+        self._identity = identity or Identity()
+        self._lifecycle = lifecycle or Lifecycle(now)
+        self._max_request_bytes = max_request_bytes
+        self._request_models: list[type[BaseModel]] = []
+
+    def add_json_route(
+        self,
+        path: str,
+        endpoint: Endpoint,
+        body: Sequence[type[BaseModel]],
+        response: type[BaseModel] | None,
+        *,
+        errors: Sequence[int] = (400, 404),
+        stream: bool = False,
+        summary: str | None = None,
+        method: str = "POST",
+    ) -> None:
+        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        self._request_models.extend(body)
+        self.add_api_route(
+            path,
+            endpoint,
+            methods=[method],
+            name=f"{path.strip('/').replace('/', '_')}_{method.lower()}",
+            summary=summary,
+            openapi_extra=request_body(*body),
+            responses=responses(response, errors=errors, stream=stream),
+        )
+
+    def add_page_routes(self, pages: Sequence[Route]) -> None:
+        """Routes of other layers (the metrics pages), listed in /openapi.json: one operation per method."""
+        for page in pages:
+            for method in sorted((page.methods or set()) - {"HEAD"}):
+                status, media_type = _PAGE_ANSWERS.get((page.path, method), (200, None))
+                answer: dict[str, Any] = {"description": "OK" if status == 200 else "Done, no content"}
+                if media_type is not None:
+                    answer["content"] = {media_type: {}}
+                self.add_api_route(
+                    page.path,
+                    page.endpoint,
+                    methods=[method],
+                    name=f"{page.path.strip('/').replace('/', '_')}_{method.lower()}",
+                    description=page.endpoint.__doc__,
+                    response_class=Response,
+                    status_code=status,
+                    responses={status: answer},
+                )
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            document = super().openapi()
+            add_request_schemas(document, self._request_models)
+            self.openapi_schema = document
+        return self.openapi_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope["llmsim.arrival"] = self._now()
-            if scope["method"] == "POST" and not scope.get("root_path"):
-                endpoint = self._hot.get(scope["path"])
-                if endpoint is not None:
-                    await self._serve(endpoint, scope, receive, send)
-                    return
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        scope["llmsim.arrival"] = self._now()
+        headers = self._identity.headers(scope)
+        if self._access.enabled:
+            refusal = self._access.refusal(scope)
+            if refusal is not None:
+                refusal.raw_headers.extend(headers)
+                await refusal(scope, receive, send)
+                return
+        if scope["method"] in _BODY_METHODS:
+            limit = self._max_request_bytes
+            if _declared_length(scope) > limit:
+                # Refused before a byte of the body is read.
+                too_large = request_too_large(limit).response()
+                too_large.raw_headers.extend(headers)
+                await too_large(scope, receive, send)
+                return
+            receive = _capped(receive, limit)
+        endpoint = self._hot.get(scope["path"])
+        if endpoint is None:
+            await super().__call__(scope, receive, with_headers(send, headers))
+            return
+        lifecycle = self._lifecycle
+        lifecycle.started()
+        try:
+            if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
+                await self._serve(endpoint, scope, receive, send, headers)
+            else:
+                await super().__call__(scope, receive, with_headers(send, headers))
+        finally:
+            lifecycle.finished()
 
-    async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         scope["app"] = self
         request = Request(scope, receive, send)
         try:
@@ -59,22 +198,65 @@ class LlmsimApp(FastAPI):
             response = await api_error_handler(request, exc)
         except Exception:
             # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
-            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            error = PlainTextResponse("Internal Server Error", status_code=500)
+            error.raw_headers.extend(headers)
+            await error(scope, receive, send)
             raise
+        response.raw_headers.extend(headers)
         await response(scope, receive, send)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _declared_length(scope: Scope) -> int:
+    """The Content-Length header's value (0 when absent or unreadable: the body is then counted as it comes)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    """``receive``, refusing (413) a body that grows past ``limit`` bytes without a Content-Length saying so."""
+    seen = 0
+
+    async def capped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise request_too_large(limit)
+        return message
+
+    return capped
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    err = APIError(exc.status_code, str(exc.detail))
+    # Starlette's 405 carries the route's methods in an Allow header (RFC 9110 requires it).
+    err = APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers) if exc.headers else None)
     return err.response()
 
 
-def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: Hook | None = None) -> LlmsimApp:
+def create_app(
+    state: ApiState,
+    *,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    access: Access | None = None,
+    identity: Identity | None = None,
+) -> LlmsimApp:
     """Build the app. ``on_startup``/``on_shutdown`` start and stop the engines (runtime.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_dropped_connections()  # after the server set up its logging
+        state.lifecycle.start()
         if on_startup is not None:
             await on_startup()
         try:
@@ -87,23 +269,107 @@ def create_app(state: ApiState, *, on_startup: Hook | None = None, on_shutdown: 
     app = LlmsimApp(
         now=state.clock.now,
         hot=hot,
+        max_request_bytes=state.max_request_bytes,
         title="llmsim",
         version=__version__,
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
+        access=access,
+        identity=identity,
+        lifecycle=state.lifecycle,
     )
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
-    # Also routed here: the same endpoints when the fast path does not apply (another method: 405).
-    for path, endpoint in hot.items():
-        app.add_route(path, endpoint, methods=["POST"])
-    app.add_route("/v1/models", routes.list_models, methods=["GET"])
-    app.add_route("/health", routes.health, methods=["GET"])
-    app.add_route("/ping", routes.health, methods=["GET", "POST"])
-    app.add_route("/version", _version, methods=["GET"])
-    app.add_route("/load", _load_route(state), methods=["GET"])
+    # Also routed here: the same endpoints when the fast path does not apply (middleware, another method: 405).
+    app.add_json_route(
+        "/v1/chat/completions",
+        routes.chat_completions,
+        [ChatCompletionRequest],
+        ChatCompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Chat completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/completions",
+        routes.completions,
+        [CompletionRequest],
+        CompletionResponse,
+        errors=(400, 404, 503),
+        stream=True,
+        summary="Text completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/embeddings",
+        routes.embeddings,
+        [EmbeddingRequest],
+        EmbeddingResponse,
+        errors=(400, 404, 503),
+        summary="Embeddings (OpenAI), for models configured with `embeddings`",
+    )
+    app.add_json_route(
+        "/tokenize",
+        routes.tokenize,
+        [TokenizeCompletionRequest, TokenizeChatRequest],
+        TokenizeResponse,
+        summary="Token ids of a prompt or of chat messages (vLLM)",
+    )
+    app.add_json_route(
+        "/detokenize", routes.detokenize, [DetokenizeRequest], DetokenizeResponse, summary="Text of token ids (vLLM)"
+    )
+    app.add_api_route("/v1/models", routes.list_models, methods=["GET"], responses=responses(ModelList))
+    health = responses(None, description="Serving (empty body)")
+    # response_class Response: no body, so no content type is documented.
+    app.add_api_route("/health", routes.health, methods=["GET"], responses=health, response_class=Response)
+    # Two routes, as vLLM registers them (one OpenAPI operation each).
+    for method in ("GET", "POST"):
+        app.add_api_route(
+            "/ping", routes.ping, methods=[method], responses=health, name="ping", response_class=Response
+        )
+    # Control endpoints (guarded by the admin key when one is set).
+    app.add_api_route(
+        "/admin/faults",
+        admin_routes.faults,
+        methods=["GET"],
+        responses=responses(FaultSettings),
+        summary="Every model's fault injection",
+    )
+    app.add_json_route(
+        "/admin/faults",
+        admin_routes.faults,
+        [FaultSettings],
+        FaultSettings,
+        method="PUT",
+        summary="Replace some models' fault injection (all or nothing)",
+    )
+    sleep_query = [
+        {"name": "level", "in": "query", "schema": {"type": "integer", "enum": [0, 1, 2], "default": 1}},
+        {"name": "mode", "in": "query", "schema": {"type": "string", "enum": ["abort", "wait"], "default": "abort"}},
+    ]
+    app.add_api_route(
+        "/sleep",
+        admin_routes.sleep,
+        methods=["POST"],
+        responses=responses(SleepResponse, errors=(400,)),
+        openapi_extra={"parameters": sleep_query},
+        summary="Put the model to sleep (vLLM)",
+    )
+    wake_query = [{"name": "tags", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}}]
+    app.add_api_route(
+        "/wake_up",
+        admin_routes.wake_up,
+        methods=["POST"],
+        responses=responses(WakeUpResponse, errors=(400,)),
+        openapi_extra={"parameters": wake_query},
+        summary="Wake the model up, or some of its parts (vLLM)",
+    )
+    app.add_api_route(
+        "/is_sleeping", admin_routes.is_sleeping, methods=["GET"], responses=responses(IsSleepingResponse)
+    )
+    app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
+    app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
     return app
 
 

@@ -1,31 +1,57 @@
-"""The OpenAI endpoints: /v1/chat/completions, /v1/completions, /v1/models, plus /health."""
+"""The endpoints: OpenAI's (/v1/chat/completions, /v1/completions, /v1/models) and vLLM's (/tokenize, /detokenize, /health, /ping)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
+import json
+import struct
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmsim.api.errors import APIError, from_validation_error, model_not_found, overloaded
-from llmsim.api.event_stream import EventStreamResponse
-from llmsim.api.schemas import ChatCompletionRequest, CompletionRequest
+from llmsim.api.choice_events import merged_events
+from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
+from llmsim.api.completion_stream import CompletionStream
+from llmsim.api.dropped_connection import DropConnection, DroppedResponse, DroppingEvents
+from llmsim.api.errors import (
+    APIError,
+    from_validation_error,
+    invalid_json,
+    model_not_found,
+    overloaded,
+    unsupported_media_type,
+    validation_failed,
+)
+from llmsim.api.faults import FAULT_HEADER, Fault
+from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
+from llmsim.api.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    RequestInvalid,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+)
 from llmsim.api.served import ServedModel
-from llmsim.api.sse import ChunkTemplates
+from llmsim.api.sse_response import EventSource, SSEResponse
 from llmsim.api.state import ApiState
-from llmsim.api.stream_encoder import StreamEncoder
-from llmsim.api.streaming import merged_events, until_disconnect
-from llmsim.engine.errors import EngineOverloaded
-from llmsim.llm.errors import ContextLengthError
-from llmsim.types import GenerationPlan, GenerationRequest, RequestId
+from llmsim.engine import TokenStream
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
+from llmsim.llm.errors import ContextLengthError, ResponseFormatError
+from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, RequestId, TokenEvent
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+T = TypeVar("T")
 
 
 def _state(request: Request) -> ApiState:
@@ -45,6 +71,40 @@ def _served(state: ApiState, model: str) -> ServedModel:
     return served
 
 
+def _served_or_first(state: ApiState, model: str | None) -> ServedModel:
+    # vLLM: a request without `model` is for the (first) served model.
+    return _served(state, model) if model is not None else next(iter(state.models.values()))
+
+
+def _request_id(request: Request) -> str:
+    """The client's X-Request-Id, else the one LlmsimApp made (echoed in x-request-id either way)."""
+    request_id = request.scope.get(SCOPE_REQUEST_ID)
+    return str(request_id) if request_id is not None else uuid.uuid4().hex
+
+
+async def _until_serving(request: Request, state: ApiState, arrival: float) -> float | None:
+    """Loading or shutting down: 503. Asleep: wait for /wake_up; the request's timeline starts then.
+
+    Returns the arrival to use, or None when the client left while it waited.
+    """
+    if await _until_disconnect(state.lifecycle.admit(), request) is None:
+        return None
+    return max(arrival, state.clock.now())
+
+
+def _fault(request: Request, served: ServedModel) -> Fault | None:
+    """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued."""
+    faults = served.faults
+    if not faults.enabled:
+        return None
+    scope = request.scope
+    client_id = scope.get(SCOPE_REQUEST_ID) if scope.get(SCOPE_CLIENT_REQUEST_ID) else None
+    fault = faults.draw(request.headers.get(FAULT_HEADER), client_id)
+    if fault is not None:
+        faults.inject(fault, _request_id(request))
+    return fault
+
+
 def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
     """Run the generator (context checks first); one flat list of plans, choice index = position."""
     plans: list[GenerationPlan] = []
@@ -53,41 +113,124 @@ def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[Ge
             plans.extend(served.generator.generate(req))
         except ContextLengthError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
-    if not served.engine.accepting():
-        raise overloaded()
+        except ResponseFormatError as exc:
+            raise APIError(400, exc.message, param="response_format") from None
     return plans
 
 
-async def _parse(request: Request, model_cls: type[ChatCompletionRequest] | type[CompletionRequest]) -> Any:
-    body = await request.body()
+async def _submit(
+    served: ServedModel, plans: Sequence[GenerationPlan], arrival: float, ids: Sequence[RequestId]
+) -> list[TokenStream]:
+    """The one admission point: every choice gets a stream, or the request is refused before any byte is sent."""
     try:
-        return model_cls.model_validate_json(body)
+        return await served.engine.submit(plans, arrival, ids)
+    except EngineOverloaded:
+        raise overloaded() from None
+    except EngineStopped as exc:
+        raise APIError(503, f"The model is not serving: {exc}.") from None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def bad_request(exc: RequestInvalid) -> APIError:
+    """vLLM's answer to its VLLMValidationError: 400 BadRequestError, the parameter as ``param``."""
+    return APIError(400, str(exc), param=exc.parameter)
+
+
+async def parse_body(request: Request, model_cls: type[M]) -> M:
+    """The JSON body as ``model_cls``, or vLLM's 400 (content type, JSON syntax, fields, its own checks).
+
+    As vLLM (FastAPI): a body without a content type is parsed first (bad JSON is reported as
+    such), then refused for its missing type; any type other than application/json is refused
+    before parsing.
+    """
+    content_type = request.headers.get("content-type")
+    body = await request.body()
+    if content_type is not None and content_type.split(";", 1)[0].strip().lower() != "application/json":
+        raise unsupported_media_type()
+    if not body:
+        raise validation_failed([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    # NOTE: json, then the model in Python mode, as FastAPI does for vLLM: pydantic's JSON mode
+    # words some errors differently ("a valid array" for "a valid list").
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise invalid_json(body) from None
+    try:
+        parsed = model_cls.model_validate(data)
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise APIError(400, "Invalid JSON body: " + exc.errors()[0]["msg"]) from None
         raise from_validation_error(exc) from None
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
+    if content_type is None:
+        raise unsupported_media_type()
+    return parsed
+
+
+def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel) -> None:
+    try:
+        body.check(vocab_size=served.generator.vocab_size)
+    except RequestInvalid as exc:
+        raise bad_request(exc) from None
 
 
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
+    body = await parse_body(request, ChatCompletionRequest)
     served = _served(state, body.model)
+    _check(body, served)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
+    fault = _fault(request, served)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     plans = _plan(served, [gen_request])
-    return await _respond(request, served, body, plans, arrival, chat=True)
+    return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
 
 
 async def completions(request: Request) -> Response:
     state = _state(request)
     arrival = _arrival(request, state)
-    body: CompletionRequest = await _parse(request, CompletionRequest)
+    body = await parse_body(request, CompletionRequest)
     served = _served(state, body.model)
-    plans = _plan(served, body.to_generation_requests())
-    return await _respond(request, served, body, plans, arrival, chat=False)
+    _check(body, served)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
+    fault = _fault(request, served)
+    requests = body.to_generation_requests()
+    plans = _plan(served, requests)
+    echo = _echo(served, requests, body.n) if body.echo else None
+    return await _respond(request, served, body, plans, arrival, chat=False, echo=echo, fault=fault)
+
+
+def _echo(served: ServedModel, requests: Sequence[GenerationRequest], n: int) -> list[Echo]:
+    """Per choice, its prompt as ``echo`` says it back: the text, and the tokens (for logprobs)."""
+    out: list[Echo] = []
+    generator = served.generator
+    for req in requests:
+        if req.prompt_token_ids is not None:
+            ids = req.prompt_token_ids
+            said = Echo(generator.detokenize(ids), tuple(generator.token_strings(ids)))
+        else:
+            text = req.messages[0].content
+            said = Echo(text, tuple(generator.tokenize_text(text)))
+        out += [said] * n
+    return out
+
+
+def _tool_call_id() -> str:
+    # vLLM's make_tool_call_id(): "chatcmpl-tool-" and a 16-hex random id.
+    return f"chatcmpl-tool-{uuid.uuid4().hex[:16]}"
 
 
 async def _respond(
@@ -98,60 +241,76 @@ async def _respond(
     arrival: float,
     *,
     chat: bool,
+    echo: list[Echo] | None = None,
+    fault: Fault | None = None,
 ) -> Response:
     now = _state(request).clock.now
-    request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    logprobs = body.num_logprobs
+    named_tool = isinstance(body, ChatCompletionRequest) and body.named_tool is not None
+    tool_call_ids = [[_tool_call_id() for _ in p.tool_calls] for p in plans]
+    request_id = ("chatcmpl-" if chat else "cmpl-") + _request_id(request)
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
-    if body.stream:
-        encoder = StreamEncoder(
-            ChunkTemplates(request_id, created, served.name, chat=chat),
-            plans,
-            chat=chat,
-            prompt_tokens=_prompt_tokens(plans, body),
-            continuous_usage=body.continuous_usage,
-            include_usage=body.include_usage,
-            now=now,
-            observe_lags=served.observe_lags,
-        )
-        if len(plans) == 1:
-            # Almost every request: the engine iterator itself, no merging hop per token.
-            single = served.engine.run(plans[0], arrival, ids[0])
-            return EventStreamResponse(single, partial(encoder.token, 0), encoder, headers=SSE_HEADERS)
-        merged = merged_events(served.engine, plans, arrival, ids)
-        return EventStreamResponse(merged, encoder.merged, encoder, headers=SSE_HEADERS)
-    try:
-        result = await until_disconnect(_collect(served, plans, arrival, ids, now), request)
-    except EngineOverloaded:
-        # The queue filled between the check in _plan and the engine (n > 1, or a race).
-        raise overloaded() from None
-    if result is None:  # the client left; nobody reads this
-        return Response(status_code=499)
-    texts = result
     prompt_tokens = _prompt_tokens(plans, body)
-    completion_tokens = sum(len(t) for t in texts)
-    choices: list[dict[str, Any]] = []
-    for i, (tokens, plan) in enumerate(zip(texts, plans, strict=True)):
-        text = "".join(tokens)
-        finish = plan.finish_reason
-        if chat:
-            message = {"role": "assistant", "content": text, "tool_calls": []}
-            choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish.value})
-        else:
-            choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish.value})
-    payload = {
-        "id": request_id,
-        "object": "chat.completion" if chat else "text_completion",
-        "created": created,
-        "model": served.name,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens,
-        },
-    }
-    return JSONResponse(payload)
+    drop_after: int | None = None
+    if fault is not None:
+        plans = fault.pace(plans)
+        drop_after = fault.drop_after(plans)
+        fault.log_where(plans, _request_id(request))
+    if not body.stream:
+        try:
+            done = await _until_disconnect(_complete(served, plans, arrival, ids, now, drop_after), request)
+        except DropConnection:
+            return DroppedResponse()
+        if done is None:  # the client left; nobody reads this
+            return Response(status_code=499)
+        texts, aborted = done
+        if aborted:
+            # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
+            plans = [
+                replace(p, finish_reason=FinishReason.ABORT) if len(t) < p.num_output_tokens else p
+                for p, t in zip(plans, texts, strict=True)
+            ]
+        whole = completion_body(
+            request_id,
+            created,
+            served.name,
+            plans,
+            texts,
+            prompt_tokens,
+            chat=chat,
+            logprobs=logprobs,
+            echo=echo,
+            named_tool=named_tool,
+            tool_call_ids=tool_call_ids,
+        )
+        return JSONResponse(whole)
+    streams = await _submit(served, plans, arrival, ids)
+    stream = CompletionStream(
+        ChunkTemplates(request_id, created, served.name, chat=chat),
+        plans,
+        chat=chat,
+        prompt_tokens=prompt_tokens,
+        continuous_usage=body.continuous_usage,
+        include_usage=body.include_usage,
+        now=now,
+        observe_lags=served.observe_lags,
+        logprobs=logprobs,
+        echo=echo,
+        named_tool=named_tool,
+        tool_call_ids=tool_call_ids,
+    )
+    if len(streams) == 1:
+        # Almost every request: the engine's stream itself, no merging hop per token.
+        if drop_after is None:
+            return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+        return SSEResponse(
+            DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS
+        )
+    merged: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        merged = DroppingEvents(merged, drop_after)
+    return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:
@@ -159,24 +318,65 @@ def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest 
     return sum(p.prompt_tokens for p in plans[:: body.n])
 
 
-async def _collect(
+async def _complete(
     served: ServedModel,
     plans: Sequence[GenerationPlan],
     arrival: float,
     ids: Sequence[RequestId],
     now: Callable[[], float],
-) -> list[list[str]]:
-    """Each choice's released token texts (lags reported once, however it ends)."""
+    drop_after: int | None = None,
+) -> tuple[list[list[str]], bool]:
+    """Each choice's released token texts, and whether the engine aborted the request (lags reported once)."""
+    streams = await _submit(served, plans, arrival, ids)
     texts: list[list[str]] = [[] for _ in plans]
     lags: list[float] = []
+    events: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
+    if drop_after is not None:
+        events = DroppingEvents(events, drop_after)
+    aborted = False
     try:
-        async with aclosing(merged_events(served.engine, plans, arrival, ids)) as events:
-            async for pos, event in events:
-                texts[pos].append(event.text)
-                lags.append(now() - event.sim_time)
+        while True:
+            try:
+                pos, event = await events.__anext__()
+            except StopAsyncIteration:
+                break
+            texts[pos].append(event.text)
+            lags.append(now() - event.sim_time)
+    except RequestAborted:
+        aborted = True
     finally:
+        await events.aclose()
         served.observe_lags(lags)
-    return texts
+    return texts, aborted
+
+
+async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | None:
+    """Await ``awaitable`` unless the client disconnects first (then cancel it, return None).
+
+    For non-streaming responses, where Starlette does not watch the connection: a client that
+    gives up must still end the request server-side, so the engine frees its KV cache.
+    """
+    work = asyncio.ensure_future(awaitable)
+
+    async def disconnected() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watch = asyncio.create_task(disconnected())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return None
 
 
 async def list_models(request: Request) -> Response:
@@ -191,7 +391,7 @@ async def list_models(request: Request) -> Response:
             "parent": None,
             "max_model_len": m.context_length,
             "permission": [],
-            **({"llmsim": m.info} if m.info else {}),
+            "llmsim": m.info.to_json(),
         }
         for m in state.models.values()
     ]
@@ -199,4 +399,123 @@ async def list_models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """vLLM's readiness: 200, or 503 (empty body) while the model loads and once shutdown begins."""
+    return Response(status_code=200 if _state(request).lifecycle.healthy else 503)
+
+
+async def ping(request: Request) -> Response:
+    """Liveness: 200 as long as the process serves HTTP (loading, asleep or draining)."""
     return Response(status_code=200)
+
+
+class TokenizeRequest(RootModel[TokenizeCompletionRequest | TokenizeChatRequest]):
+    """vLLM's TokenizeRequest: a completions prompt or chat messages, told apart by their fields."""
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's ``POST /tokenize``: the prompt's token ids as the model would see them."""
+    state = _state(request)
+    body = (await parse_body(request, TokenizeRequest)).root
+    served = _served_or_first(state, body.model)
+    generator = served.generator
+    if isinstance(body, TokenizeChatRequest):
+        try:
+            messages = tuple(Message(m.role, m.text()) for m in body.messages)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        tokens = generator.tokenize_chat(
+            messages,
+            add_generation_prompt=body.add_generation_prompt,
+            continue_final_message=body.continue_final_message,
+            add_special_tokens=body.add_special_tokens,
+        )
+    else:
+        tokens = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    ids = generator.token_ids(tokens)
+    token_strs = tokens if body.return_token_strs else None
+    return JSONResponse(
+        {"count": len(ids), "max_model_len": served.context_length, "tokens": ids, "token_strs": token_strs}
+    )
+
+
+async def detokenize(request: Request) -> Response:
+    """vLLM's ``POST /detokenize``: the text of token ids."""
+    state = _state(request)
+    body = await parse_body(request, DetokenizeRequest)
+    served = _served_or_first(state, body.model)
+    top = max(body.tokens, default=-1)
+    if top >= served.generator.vocab_size:
+        raise APIError(400, f"Token id {top} is out of vocabulary")
+    return JSONResponse({"prompt": served.generator.detokenize(body.tokens)})
+
+
+async def embeddings(request: Request) -> Response:
+    """OpenAI's ``POST /v1/embeddings``: one deterministic unit vector per input, after its prefill on the engine."""
+    state = _state(request)
+    arrival = _arrival(request, state)
+    body = await parse_body(request, EmbeddingRequest)
+    if body.model is None:
+        # No model named: the first that serves embeddings (vLLM's: the one served model).
+        served = next((m for m in state.models.values() if m.embedding_dimensions), next(iter(state.models.values())))
+    else:
+        served = _served(state, body.model)
+    if not state.lifecycle.serving:
+        admitted = await _until_serving(request, state, arrival)
+        if admitted is None:
+            return Response(status_code=499)
+        arrival = admitted
+    dimensions = served.embedding_dimensions
+    if dimensions is None:
+        # NOTE: vLLM serving a generative model has no such route (404); a 404 in OpenAI's shape.
+        raise APIError(404, f"The model `{served.name}` does not support the Embeddings API.", param="model")
+    keep = body.dimensions
+    if keep is not None and not 1 <= keep <= dimensions:
+        raise APIError(400, f"Model '{served.name}' only supports dimensions in range [1, {dimensions}], got {keep}.")
+    generator = served.generator
+    inputs = body.texts_and_ids()
+    for item in inputs:
+        if isinstance(item, list):
+            if not item:
+                raise APIError(400, "The decoder prompt cannot be empty")
+            if max(item) >= generator.vocab_size:
+                raise APIError(400, f"Token id {max(item)} is out of vocabulary")
+    tokens = [
+        generator.token_strings(item)
+        if isinstance(item, list)
+        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)
+        for item in inputs
+    ]
+    try:
+        plans = [generator.embedding_plan(len(t)) for t in tokens]
+    except ContextLengthError as exc:
+        raise APIError(400, exc.message, param=exc.param) from None
+    request_id = "embd-" + _request_id(request)
+    ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
+    done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now), request)
+    if done is None:  # the client left; nobody reads this
+        return Response(status_code=499)
+    data = []
+    for i, toks in enumerate(tokens):
+        vector = generator.embed(toks, dimensions, keep)
+        encoded: list[float] | str = vector
+        if body.encoding_format == "base64":
+            # float32, little-endian: what OpenAI's client decodes (numpy's native order on x86 and ARM).
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"index": i, "object": "embedding", "embedding": encoded})
+    prompt_tokens = sum(len(t) for t in tokens)
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "completion_tokens_details": None,
+    }
+    return JSONResponse(
+        {
+            "id": request_id,
+            "object": "list",
+            "created": int(time.time()),
+            "model": served.name,
+            "data": data,
+            "usage": usage,
+        }
+    )

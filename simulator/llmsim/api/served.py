@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmsim.api.faults import FaultInjector
+from llmsim.config.schema import Faults
 from llmsim.engine import Engine
 from llmsim.llm.generator import Generator
 
 
 def _drop(lags: Sequence[float]) -> None:
     pass
+
+
+def _no_faults() -> FaultInjector:
+    return FaultInjector("", Faults(), count=lambda kind: None)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What ``/v1/models`` says about a model's engine (under the ``llmsim`` key)."""
+
+    engine: str
+    # Scheduler engine only: the simulated GPU and its KV cache and batch limits.
+    hardware: str | None = None
+    kv_cache_blocks: int | None = None
+    block_size: int | None = None
+    max_num_sequences: int | None = None
+    max_batch_tokens: int | None = None
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        if self.kv_cache_blocks is None or self.block_size is None:
+            return None
+        return self.kv_cache_blocks * self.block_size
+
+    def to_json(self) -> dict[str, Any]:
+        fields = asdict(self) | {"kv_cache_tokens": self.kv_cache_tokens}
+        return {key: value for key, value in fields.items() if value is not None}
 
 
 @dataclass(slots=True)
@@ -22,7 +51,10 @@ class ServedModel:
     context_length: int
     # Unix time of startup, reported as ``created`` in /v1/models.
     created: int
-    # Extra fields for /v1/models (engine name, KV blocks, ...).
-    info: dict[str, Any] = field(default_factory=dict)
+    info: EngineInfo
     # Receives the release lags of one request's tokens, in one call per request.
     observe_lags: Callable[[Sequence[float]], None] = _drop
+    # Length of the vectors /v1/embeddings answers with; None: the model serves no embeddings.
+    embedding_dimensions: int | None = None
+    # The model's fault injection (disabled unless its ``faults`` entry or /admin/faults enables it).
+    faults: FaultInjector = field(default_factory=_no_faults)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.served import ServedModel
 from llmsim.engine.clock import Clock
+
+#: Default cap on a request body. vLLM has none; 4 MiB holds a 128k-token prompt several times over,
+#: and validating a body that size holds the event loop for a few milliseconds only.
+DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20
 
 
 @dataclass(slots=True)
@@ -13,3 +18,7 @@ class ApiState:
     models: dict[str, ServedModel]
     # The engines' clock: arrival stamps and lag use the same timeline as token deadlines.
     clock: Clock
+    # Loading, serving, asleep or draining (shared with LlmsimApp, which counts requests in flight).
+    lifecycle: Lifecycle
+    # Larger request bodies are refused with 413 before they are parsed.
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES

@@ -1,1 +1,1 @@
-"""Subcommands of the ``llmsim`` CLI: each module has ``add_parser(subparsers)`` and ``run(args)``."""
+"""Subcommands of the ``llmsim`` CLI: each has ``add_parser(subparsers)`` and ``run(args)`` (``draining_server``: serve's uvicorn server)."""

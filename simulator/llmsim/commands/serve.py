@@ -7,8 +7,13 @@ import logging
 import os
 import sys
 
+from llmsim.api.access import Access, parse_keys
+from llmsim.api.identity import Identity
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
+
+logger = logging.getLogger("llmsim")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,21 +26,68 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--host", default=env("LLMSIM_HOST", "127.0.0.1"), help="bind address (env LLMSIM_HOST)")
     p.add_argument("--port", type=int, default=int(env("LLMSIM_PORT", "8000")), help="port (env LLMSIM_PORT)")
     p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=int(env("LLMSIM_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES))),
+        help="larger request bodies get 413 (env LLMSIM_MAX_REQUEST_BYTES; default 4 MiB)",
+    )
+    p.add_argument(
         "--log-level", default=env("LLMSIM_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"]
+    )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        help="key clients must send as 'Authorization: Bearer' on /v1/* (repeat or comma-separate; "
+        "env LLMSIM_API_KEY, used only without the flag)",
+    )
+    p.add_argument(
+        "--admin-key",
+        action="append",
+        help="key for /admin/*, /sleep and /wake_up (env LLMSIM_ADMIN_KEY); without one they are open only "
+        "when no API key is set",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=float(env("LLMSIM_SHUTDOWN_TIMEOUT", "0")),
+        help="seconds running requests get to finish after SIGTERM before they are aborted "
+        "(vLLM's --shutdown-timeout; default 0: abort at once; env LLMSIM_SHUTDOWN_TIMEOUT)",
+    )
+    p.add_argument("--pod-name", default=env("LLMSIM_POD_NAME"), help="sent as x-llmsim-pod (env LLMSIM_POD_NAME)")
+    p.add_argument(
+        "--pod-namespace",
+        default=env("LLMSIM_POD_NAMESPACE"),
+        help="sent as x-llmsim-namespace (env LLMSIM_POD_NAMESPACE)",
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    if args.shutdown_timeout < 0:
+        print("llmsim: --shutdown-timeout must be >= 0", file=sys.stderr)
+        return 2
+    # vLLM: the flag wins over the environment variable.
+    api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
+    admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])
     try:
-        runtime = build_runtime(args.config, args.responses)
+        runtime = build_runtime(
+            args.config,
+            args.responses,
+            access=Access(api_keys, admin_keys),
+            identity=Identity(args.pod_name, args.pod_namespace),
+            max_request_bytes=args.max_request_bytes,
+        )
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
         return 2
+    if api_keys and not admin_keys:
+        logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
-    uvicorn.run(
+    from llmsim.commands.draining_server import DrainingServer
+
+    config = uvicorn.Config(
         runtime.app,
         host=args.host,
         port=args.port,
@@ -43,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         http="httptools",
         log_level=args.log_level,
         access_log=False,
-        # Streams end when their tokens are out; don't let shutdown hang on idle keep-alives.
+        # After the drain, streams have ended or been aborted: this only bounds their last writes.
         timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, runtime.state.lifecycle, args.shutdown_timeout).run()
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from llmsim.config.schema import HardwareProfile, ModelsConfig
-from llmsim.errors import ConfigError, from_validation_error, parse_yaml
+from llmsim.errors import ConfigError, entry_label, from_validation_error, parse_yaml, read_yaml_file
 
 EMBEDDED_MODELS = "<embedded>/models.yml"
 
@@ -30,11 +30,6 @@ def builtin_hardware() -> dict[str, HardwareProfile]:
 def builtin_model_profiles() -> dict[str, dict[str, Any]]:
     raw: dict[str, dict[str, Any]] = parse_yaml(read_data_file("model_profiles.yml"), "<embedded>/model_profiles.yml")
     return raw
-
-
-def _entry_label(index: int, entry: Any) -> str:
-    name = entry.get("name") if isinstance(entry, dict) else None
-    return f"models[{index}] (name '{name}')" if name else f"models[{index}]"
 
 
 def _apply_profile(entry: dict[str, Any], file: str, label: str) -> dict[str, Any]:
@@ -58,38 +53,45 @@ def _apply_profile(entry: dict[str, Any], file: str, label: str) -> dict[str, An
 
 
 def parse_models_config(text: str, file: str) -> ModelsConfig:
-    raw = parse_yaml(text, file)
-    if not isinstance(raw, dict):
-        raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
-    models = raw.get("models")
-    labels: dict[int, str] = {}
-    if isinstance(models, list):
-        merged_models = []
-        for i, entry in enumerate(models):
-            labels[i] = _entry_label(i, entry)
-            merged_models.append(_apply_profile(entry, file, labels[i]) if isinstance(entry, dict) else entry)
-        raw = {**raw, "models": merged_models}
-    try:
-        config = ModelsConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise from_validation_error(file, exc, labels) from None
-    hardware = {**builtin_hardware(), **config.hardware}
-    for i, model in enumerate(config.models):
-        if model.hardware is not None and model.hardware not in hardware:
-            known = ", ".join(sorted(hardware))
-            raise ConfigError(
-                file, f"unknown hardware '{model.hardware}' (known: {known})", entry=labels[i], field="hardware"
-            )
-    return config.model_copy(update={"hardware": hardware})
+    """Parse models.yml text; ``file`` names it in errors. Raises :class:`ConfigError`."""
+    return _validate(parse_yaml(text, file), file)
 
 
 def load_models_config(path: str | Path | None = None) -> ModelsConfig:
     """Parse ``path``, or the embedded default when None. Raises :class:`ConfigError`."""
     if path is None:
         return parse_models_config(read_data_file("models.yml"), EMBEDDED_MODELS)
-    p = Path(path)
+    return _validate(read_yaml_file(path), str(path))
+
+
+def _validate(raw: Any, file: str) -> ModelsConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
+    models = raw.get("models")
+    if isinstance(models, list):
+        merged = [
+            _apply_profile(m, file, entry_label("models", i, "name", m.get("name"))) if isinstance(m, dict) else m
+            for i, m in enumerate(models)
+        ]
+        raw = {**raw, "models": merged}
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
-    return parse_models_config(text, str(p))
+        config = ModelsConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(file, exc, ModelsConfig, raw, {"models": "name"}) from None
+    # Checks across entries, which no single field's validator can see.
+    hardware = {**builtin_hardware(), **config.hardware}
+    seen: set[str] = set()
+    for i, model in enumerate(config.models):
+        label = entry_label("models", i, "name", model.name)
+        if model.name in seen:
+            raise ConfigError(file, f"duplicate name '{model.name}'", entry=label, field="name")
+        seen.add(model.name)
+        if model.hardware is not None and model.hardware not in hardware:
+            known = ", ".join(sorted(hardware))
+            raise ConfigError(
+                file,
+                f"unknown hardware '{model.hardware}' (known: {known})",
+                entry=label,
+                field="hardware",
+            )
+    return config.model_copy(update={"hardware": hardware})

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import llmsim_capacity
+from llmsim.errors import entry_label
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -14,6 +15,19 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 
 #: Engine names users may write; runtime.py maps each to its class.
 EngineName = Literal["instant", "fixed", "scheduler"]
+
+#: Fault kinds, in the order a request's draw walks the rates (see docs/faults.md).
+FAULT_KINDS = (
+    "rate_limit",
+    "server_error",
+    "unavailable",
+    "bad_request",
+    "abort_mid_stream",
+    "stall",
+    "slow",
+    "crash",
+)
+Rate = Annotated[float, Field(ge=0, le=1)]
 
 
 class _Section(BaseModel):
@@ -74,6 +88,52 @@ class Efficiency(_Section):
     memory: Fraction = 1.0
 
 
+class Embeddings(_Section):
+    """The model answers /v1/embeddings with vectors of this many dimensions."""
+
+    dimensions: PositiveInt
+
+
+class FaultRates(_Section):
+    """Probability of each fault per request; one draw per request picks at most one fault."""
+
+    rate_limit: Rate = 0.0
+    server_error: Rate = 0.0
+    unavailable: Rate = 0.0
+    bad_request: Rate = 0.0
+    abort_mid_stream: Rate = 0.0
+    stall: Rate = 0.0
+    slow: Rate = 0.0
+    crash: Rate = 0.0
+
+    @model_validator(mode="after")
+    def _one_fault_per_request(self) -> FaultRates:
+        total = sum(getattr(self, kind) for kind in FAULT_KINDS)
+        # A small tolerance: 0.1 + 0.2 + 0.7 is 1.0000000000000002 in floats.
+        if total > 1 + 1e-9:
+            raise ValueError(f"the rates add up to {total:g}; at most 1 (a request gets at most one fault)")
+        return self
+
+
+class Faults(_Section):
+    """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
+
+    # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
+    seed: int = 0
+    rates: FaultRates = FaultRates()
+    # ``stall``: the pause before the drawn token.
+    stall_ms: Annotated[float, Field(ge=0)] = 1000.0
+    # ``slow``: the request's whole timeline (TTFT and every gap) is stretched by this factor.
+    slow_factor: Annotated[float, Field(ge=1)] = 2.0
+    # Obey the ``x-llmsim-fault`` request header (off: a production-like fleet ignores client headers).
+    header_override: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any request can get a fault (else the request path skips fault injection)."""
+        return self.header_override or any(getattr(self.rates, kind) > 0 for kind in FAULT_KINDS)
+
+
 class ModelConfig(_Section):
     name: Annotated[str, Field(min_length=1)]
     engine: EngineName
@@ -89,24 +149,26 @@ class ModelConfig(_Section):
     efficiency: Efficiency = Efficiency()
     # Also expose deprecated metric names some routers still read (vllm:gpu_cache_usage_perc, ...).
     legacy_metrics: bool = False
+    # Set: the model also serves /v1/embeddings.
+    embeddings: Embeddings | None = None
+    faults: Faults = Faults()
 
 
 class ModelsConfig(_Section):
     version: Literal[1] = 1
+    # Simulated model load: the server binds at once, /health answers 503 for this long.
+    startup_seconds: Annotated[float, Field(ge=0)] = 0.0
     hardware: dict[str, HardwareProfile] = {}
+    # Names are unique (the loader checks: a check across entries has no field of its own).
     models: Annotated[list[ModelConfig], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> ModelsConfig:
-        seen: set[str] = set()
-        for m in self.models:
-            if m.name in seen:
-                raise ValueError(f"duplicate model name '{m.name}'")
-            seen.add(m.name)
-        return self
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:
             if m.name == name:
                 return m
         raise KeyError(name)
+
+    def entry_label(self, name: str) -> str:
+        """How errors name the model: ``models[1] (name 'x')``."""
+        index = next(i for i, m in enumerate(self.models) if m.name == name)
+        return entry_label("models", index, "name", name)

@@ -6,7 +6,7 @@ numbers, read time only through an injected :class:`~llmsim.engine.clock.Clock`,
 through an :class:`~llmsim.engine.base.EngineObserver`.
 """
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
 from llmsim.engine.clock import Clock, MonotonicClock
 
-__all__ = ["Clock", "Engine", "EngineObserver", "MonotonicClock", "NullObserver"]
+__all__ = ["Clock", "Engine", "EngineObserver", "MonotonicClock", "NullObserver", "TokenStream"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator
+from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
@@ -14,7 +14,7 @@ class EngineObserver(Protocol):
 
     def on_step(self, stats: StepStats) -> None: ...
 
-    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None: ...
+    def on_first_token(self, ttft: float) -> None: ...
 
     def on_request_finished(self, stats: RequestStats) -> None: ...
 
@@ -25,19 +25,35 @@ class NullObserver:
     def on_step(self, stats: StepStats) -> None:
         pass
 
-    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+    def on_first_token(self, ttft: float) -> None:
         pass
 
     def on_request_finished(self, stats: RequestStats) -> None:
         pass
 
 
-class Engine(abc.ABC):
-    """Releases the tokens of a plan over time.
+class TokenStream(Protocol):
+    """One admitted choice's tokens, pulled by the API one :class:`TokenEvent` at a time.
 
-    ``run`` is an async generator: the API pulls one :class:`TokenEvent` per token and writes a
-    chunk for each. When the client goes away the API closes the iterator (``aclose``), and the
-    engine's ``finally:`` frees whatever the request held and reports it as aborted.
+    ``aclose`` must be called however the consumer stops (the API always does): a stream closed
+    before its last token is aborted and frees what it holds. Closing twice is harmless.
+    A stream the engine aborts raises :class:`~llmsim.engine.errors.RequestAborted`.
+    A plan's ``pacing`` (if any) moves its tokens' deadlines; events carry the moved deadline.
+    """
+
+    def __aiter__(self) -> TokenStream: ...
+
+    async def __anext__(self) -> TokenEvent: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Engine(abc.ABC):
+    """Releases the tokens of plans over time.
+
+    ``submit`` decides admission for every choice of a request at once, before the API starts
+    its response: either all choices get a :class:`TokenStream`, or it raises
+    :class:`~llmsim.engine.errors.EngineOverloaded` and none is queued.
     """
 
     #: Sections of a model's config this engine needs (checked at startup by runtime.py).
@@ -49,15 +65,25 @@ class Engine(abc.ABC):
         """Start background work (the scheduler's step loop). Called once before traffic."""
 
     async def stop(self) -> None:
-        """Stop background work; in-flight iterators end."""
+        """Stop background work; open streams end with :class:`~llmsim.engine.errors.RequestAborted`."""
 
     @abc.abstractmethod
-    def run(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> AsyncGenerator[TokenEvent, None]:
-        """Release ``plan``'s tokens; ``arrival`` is the request's stamp on the engine clock."""
+    def abort_requests(self) -> int:
+        """Abort every request in flight (vLLM's shutdown and sleep with mode ``abort``); return how many.
 
-    def accepting(self) -> bool:
-        """False when a new request would be refused (queue full): the API answers 503 up front."""
-        return True
+        Their streams raise :class:`~llmsim.engine.errors.RequestAborted` after the tokens already
+        released; the engine keeps serving new requests.
+        """
+
+    @abc.abstractmethod
+    async def submit(
+        self, plans: Sequence[GenerationPlan], arrival: float, request_ids: Sequence[RequestId]
+    ) -> list[TokenStream]:
+        """Admit ``plans`` (the choices of one request, ids alike) arriving at ``arrival`` on the engine clock.
+
+        Raises :class:`~llmsim.engine.errors.EngineOverloaded` when the engine refuses them, and
+        :class:`~llmsim.engine.errors.EngineStopped` when it no longer serves.
+        """
 
     @abc.abstractmethod
     def snapshot(self) -> EngineSnapshot:

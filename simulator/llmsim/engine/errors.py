@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 
-class EngineOverloaded(Exception):
+class EngineError(Exception):
+    """Base of the errors an engine raises to the API."""
+
+
+class EngineOverloaded(EngineError):
     """The engine's waiting queue is full: refuse the request (HTTP 503), as vLLM does past its queue limit."""
 
     def __init__(self, num_waiting: int, limit: int) -> None:
         self.num_waiting = num_waiting
         self.limit = limit
         super().__init__(f"server overloaded: {num_waiting} requests waiting (limit {limit}); retry later")
+
+
+class EngineStopped(EngineError):
+    """The engine no longer serves: stopped for shutdown, or its step loop failed."""
+
+
+class RequestAborted(EngineError):
+    """The engine ended a request before its last token (shutdown, sleep, abort): its stream raises this.
+
+    The API ends the response with finish reason ``abort``, as vLLM does for a request its engine aborts.
+    """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ContextLengthError"]
+__all__ = ["ContextLengthError", "ResponseFormatError"]
 
 
 class ContextLengthError(ValueError):
@@ -28,6 +28,15 @@ class ContextLengthError(ValueError):
         )
 
     @classmethod
+    def embedding_too_long(cls, context_length: int, prompt_tokens: int) -> ContextLengthError:
+        # vLLM's wording for an embedding input longer than the context.
+        return cls(
+            f"This model's maximum context length is {context_length} tokens. However, you requested "
+            f"{prompt_tokens} tokens in the input for embedding generation. Please reduce the length of the input.",
+            "input_tokens",
+        )
+
+    @classmethod
     def max_tokens_too_large(cls, context_length: int, prompt_tokens: int, max_tokens: int) -> ContextLengthError:
         # vLLM's OpenAI server wording (serving engine's input validation) for prompt + max_tokens.
         return cls(
@@ -35,4 +44,19 @@ class ContextLengthError(ValueError):
             f"length is {context_length} tokens and your request has {prompt_tokens} input tokens "
             f"({max_tokens} > {context_length} - {prompt_tokens}).",
             "max_tokens",
+        )
+
+
+class ResponseFormatError(ValueError):
+    """``response_format`` asks for JSON and the script's answer is not JSON (a 400, ``param`` response_format)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @classmethod
+    def not_json(cls, entry_id: str) -> ResponseFormatError:
+        return cls(
+            f"response_format asks for JSON, but the scripted answer (responses.yml entry '{entry_id}') is not "
+            "JSON: give that entry a `json:` body, or match JSON requests with an entry that has one."
         )

@@ -9,7 +9,7 @@ makes it a tuple slice (C speed) rather than a Python loop per token.
 
 from __future__ import annotations
 
-__all__ = ["CYCLE", "SENTENCE_STARTS", "filler_tokens"]
+__all__ = ["CYCLE", "SENTENCE_STARTS", "WORDS", "filler_tokens"]
 
 # Common English words: ASCII letters only, so " word" is one letter-run token.
 _WORD_TEXT = (
@@ -27,7 +27,8 @@ _WORD_TEXT = (
     "young old warm cold early late soft hard quick slow still often never always almost perhaps "
     "together along across behind beyond within without toward among above below near far here"
 )
-_WORDS = tuple(dict.fromkeys(_WORD_TEXT.split()))
+#: The filler's words, lower case, each once.
+WORDS = tuple(dict.fromkeys(_WORD_TEXT.split()))
 
 _CYCLE_MIN_TOKENS = 8192
 _MASK64 = (1 << 64) - 1
@@ -42,8 +43,8 @@ def _build_cycle() -> tuple[tuple[str, ...], tuple[int, ...]]:
         state = (state * 6364136223846793005 + 1442695040888963407) & _MASK64
         return (state >> 33) % bound
 
-    lower = tuple(" " + w for w in _WORDS)
-    capital = tuple(" " + w.capitalize() for w in _WORDS)
+    lower = tuple(" " + w for w in WORDS)
+    capital = tuple(" " + w.capitalize() for w in WORDS)
     tokens: list[str] = []
     starts: list[int] = []
     while len(tokens) < _CYCLE_MIN_TOKENS:

@@ -18,16 +18,20 @@ ends the output (finish_reason ``stop``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
-from llmsim.llm.errors import ContextLengthError
+from llmsim.llm.embedding import embed
+from llmsim.llm.errors import ContextLengthError, ResponseFormatError
 from llmsim.llm.filler import filler_tokens
 from llmsim.llm.matcher import Matcher
-from llmsim.llm.prompt import count_prompt_tokens
-from llmsim.llm.script import NO_GROUPS, Content, Entry, Script, Synthetic
+from llmsim.llm.prompt import chat_prompt_tokens, count_prompt_tokens, text_prompt_tokens
+from llmsim.llm.script import NO_GROUPS, Body, Content, Entry, JsonAnswer, Script, Synthetic, ToolCalls
 from llmsim.llm.stable_hash import ChoiceHash
 from llmsim.llm.tokenizer import encode
-from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message
+from llmsim.llm.tool_calls import hermes_text, render_tool_calls
+from llmsim.llm.vocabulary import VOCABULARY
+from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, ToolCall, ToolCallDelta, ToolChoice
 
 __all__ = ["Generator"]
 
@@ -76,8 +80,53 @@ class Generator:
         self.context_length = context_length
         self._matcher = Matcher(script.entries)
 
-    def count_prompt_tokens(self, request: GenerationRequest) -> int:
-        return count_prompt_tokens(request)
+    # Token ids (/tokenize, /detokenize, token-id prompts). NOTE: the regex tokenizer's ids
+    # (llm/vocabulary.py); a model with an HF tokenizer answers these from it instead.
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCABULARY.size
+
+    def tokenize_text(self, text: str, *, add_special_tokens: bool = True) -> list[str]:
+        """A completions prompt's tokens (BOS first by default): as many as its ``prompt_tokens``."""
+        return text_prompt_tokens(text, add_special_tokens=add_special_tokens)
+
+    def tokenize_chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        add_special_tokens: bool = False,
+    ) -> list[str]:
+        """A chat prompt's tokens through the chat template: as many as its ``prompt_tokens`` by default."""
+        return chat_prompt_tokens(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            add_special_tokens=add_special_tokens,
+        )
+
+    def token_ids(self, tokens: list[str]) -> list[int]:
+        return VOCABULARY.ids(tokens)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        return [VOCABULARY.token(i) for i in ids]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return "".join(VOCABULARY.token(i) for i in ids)
+
+    def embedding_plan(self, prompt_tokens: int) -> GenerationPlan:
+        """An embedding request's plan: its prompt is prefilled, nothing is generated. Raises :class:`ContextLengthError`."""
+        if prompt_tokens > self.context_length:
+            raise ContextLengthError.embedding_too_long(self.context_length, prompt_tokens)
+        return GenerationPlan(
+            prompt_tokens=prompt_tokens, tokens=(), finish_reason=FinishReason.STOP, entry_id="embedding"
+        )
+
+    def embed(self, tokens: Sequence[str], dimensions: int, keep: int | None = None) -> list[float]:
+        """The deterministic embedding of an input's tokens (:mod:`llmsim.llm.embedding`)."""
+        return embed(tokens, dimensions, keep)
 
     def match(self, text: str) -> tuple[Entry, Mapping[str, str]]:
         """The entry answering a (stripped) user message and its template variables."""
@@ -103,28 +152,45 @@ class Generator:
         hasher = ChoiceHash(seed, entry.id, key)
         # Renders and tokenizations shared by choices that say the same thing.
         encoded: dict[str, tuple[str, ...]] = {}
+        body = entry.body
+        calls = _tool_calls(body, request, variables)
+        deltas: tuple[ToolCallDelta | None, ...] = ()
+        if calls:
+            call_tokens, deltas = render_tool_calls(calls)
 
         plans = []
         for index in range(request.n):
             choice_draw, filler_draw = hasher.draw(index)
-            body = entry.body
             variant: int | None = None
-            if isinstance(body, Synthetic):
+            if calls:
+                tokens = call_tokens
+            elif isinstance(body, Synthetic):
+                if request.json_output:
+                    raise ResponseFormatError.not_json(entry.id)
                 n = body.min_tokens + choice_draw % (body.max_tokens - body.min_tokens + 1)
                 # One past the budget is enough to know it was cut; skip building the rest.
                 tokens = filler_tokens(min(n, budget + 1), filler_draw, leading_space=False)
             else:
                 if isinstance(body, Content):
-                    template = body.template
+                    text = body.template.render(variables)
+                elif isinstance(body, JsonAnswer):
+                    text = body.value.render(variables)
+                elif isinstance(body, ToolCalls):
+                    # Tools not offered (or tool_choice "none"): the calls are plain text, unparsed.
+                    text = hermes_text([ToolCall(c.name, c.arguments.render(variables)) for c in body.calls])[0]
                 else:
                     variant = choice_draw % len(body.templates)
-                    template = body.templates[variant]
-                text = template.render(variables)
+                    text = body.templates[variant].render(variables)
                 cached = encoded.get(text)
                 if cached is None:
+                    if request.json_output and not isinstance(body, JsonAnswer) and not _is_json(text):
+                        raise ResponseFormatError.not_json(entry.id)
                     cached = encoded[text] = tuple(encode(text))
                 tokens = cached
+            full = tokens
             tokens, finish = self._finish(tokens, budget, request, filler_draw >> 32)
+            # Calls cut short (max_tokens, a stop string) or padded (ignore_eos) do not parse: plain text.
+            intact = bool(calls) and finish is FinishReason.STOP and tokens == full
             plans.append(
                 GenerationPlan(
                     prompt_tokens=prompt_tokens,
@@ -133,6 +199,8 @@ class Generator:
                     entry_id=entry.id,
                     variant=variant,
                     choice_index=index,
+                    tool_calls=calls if intact else (),
+                    tool_deltas=deltas if intact else (),
                 )
             )
         return tuple(plans)
@@ -157,3 +225,34 @@ class Generator:
         if truncated or request.ignore_eos:
             return tokens, FinishReason.LENGTH
         return tokens, FinishReason.STOP
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _tool_calls(body: Body, request: GenerationRequest, variables: Mapping[str, str]) -> tuple[ToolCall, ...]:
+    """The calls an answer makes, given what the request offers and forces.
+
+    ``auto``: the entry's scripted calls (none for another body). ``required``: those, else a call
+    of the first offered tool with no arguments. A named tool: the entry's call of it, else a call
+    of it with no arguments. ``parallel_tool_calls: false`` keeps the first call.
+    """
+    choice = request.tool_choice
+    if choice is ToolChoice.NONE:
+        return ()
+    scripted: tuple[ToolCall, ...] = ()
+    if isinstance(body, ToolCalls):
+        scripted = tuple(ToolCall(c.name, c.arguments.render(variables)) for c in body.calls)
+    if choice is ToolChoice.NAMED:
+        name = request.named_tool or ""
+        calls = tuple(c for c in scripted if c.name == name) or (ToolCall(name, "{}"),)
+    elif choice is ToolChoice.REQUIRED:
+        calls = scripted or (ToolCall(request.tools[0], "{}"),)
+    else:
+        calls = scripted
+    return calls if request.parallel_tool_calls else calls[:1]

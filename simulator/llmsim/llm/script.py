@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from llmsim.llm.template import Template
 
@@ -15,10 +17,14 @@ __all__ = [
     "Body",
     "Content",
     "Entry",
+    "JsonAnswer",
+    "JsonTemplate",
     "Match",
     "MatchKind",
     "Script",
     "Synthetic",
+    "ToolCallSpec",
+    "ToolCalls",
     "Variants",
 ]
 
@@ -80,7 +86,50 @@ class Synthetic:
     max_tokens: int
 
 
-Body = Content | Variants | Synthetic
+class JsonTemplate:
+    """A YAML value whose strings are templates; renders to JSON text (always valid JSON)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        # dicts, lists, Templates (for strings), numbers, booleans, None: checked by the loader.
+        self._value = value
+
+    def render(self, variables: Mapping[str, str]) -> str:
+        return json.dumps(self._fill(self._value, variables), ensure_ascii=False)
+
+    def _fill(self, value: Any, variables: Mapping[str, str]) -> Any:
+        if isinstance(value, Template):
+            return value.render(variables)
+        if isinstance(value, dict):
+            return {k: self._fill(v, variables) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._fill(v, variables) for v in value]
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """An answer that is JSON (what ``response_format: json_object`` asks for)."""
+
+    value: JsonTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSpec:
+    # The function's name, and its arguments (an object whose strings are templates).
+    name: str
+    arguments: JsonTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    """An answer that calls functions (when the request offers tools)."""
+
+    calls: tuple[ToolCallSpec, ...]
+
+
+Body = Content | Variants | Synthetic | JsonAnswer | ToolCalls
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,11 @@ class VllmCollector(Collector):
         yield success
         for histogram in f.HISTOGRAMS:
             yield _histogram(histogram, models)
+        faults = CounterMetricFamily(*f.FAULTS, labels=(*f.LABELS, "kind"))
+        for m in models:
+            for kind, n in m.faults_injected.items():
+                faults.add_metric([m.name, f.ENGINE, kind], n)
+        yield faults
         if legacy:
             for counter in f.LEGACY_COUNTERS:
                 yield _counter(counter, legacy)

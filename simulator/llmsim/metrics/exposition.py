@@ -37,7 +37,7 @@ def _header(name: str, doc: str, kind: str) -> str:
 class _ModelLines:
     """Every line prefix of one model, up to and including the space before the value."""
 
-    __slots__ = ("buckets", "counts", "label_str", "plain", "success", "sums")
+    __slots__ = ("buckets", "counts", "faults", "label_str", "plain", "success", "sums")
 
     def __init__(self, m: ModelMetrics) -> None:
         base = {"model_name": m.name, "engine": f.ENGINE}
@@ -49,6 +49,7 @@ class _ModelLines:
             reason: f"{f.SUCCESS[0]}_total{{{_labels(base | {'finished_reason': str(reason)})}}} "
             for reason in m.requests
         }
+        self.faults = {kind: f"{f.FAULTS[0]}_total{{{_labels(base | {'kind': kind})}}} " for kind in m.faults_injected}
         self.buckets: dict[str, list[str]] = {}
         self.counts: dict[str, str] = {}
         self.sums: dict[str, str] = {}
@@ -112,6 +113,10 @@ class Exposition:
             for reason, n in m.requests.items():
                 out += (lines.success[reason], _int(n), "\n")
         self._histograms(out, f.HISTOGRAMS, models)
+        add(_header(f.FAULTS[0] + "_total", f.FAULTS[1], "counter"))
+        for m, lines in models:
+            for kind, n in m.faults_injected.items():
+                out += (lines.faults[kind], _int(n), "\n")
         if legacy:
             self._counters(out, f.LEGACY_COUNTERS, legacy)
             self._histograms(out, f.LEGACY_HISTOGRAMS, legacy)

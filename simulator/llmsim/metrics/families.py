@@ -46,6 +46,8 @@ CACHE_CONFIG = ("vllm:cache_config_info", "Information of the LLMEngine CacheCon
 # child, so rate() has its zero.
 SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
 INFO = ("llmsim_info", "llmsim build information.")
+# Labelled by ``kind``; every kind listed from the start.
+FAULTS = ("llmsim_faults_injected", "Faults injected into requests (fault injection), by kind.")
 
 COUNTERS: tuple[Family[int], ...] = (
     Family("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda m: m.prompt_tokens),

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
+from llmsim.config.schema import FAULT_KINDS
 from llmsim.metrics import buckets
 from llmsim.metrics.histogram import Histogram
-from llmsim.metrics.summary import Summary
-from llmsim.types import EngineSnapshot, FinishReason, RequestId, RequestStats, StepStats
+from llmsim.metrics.latency_summary import LatencySummary
+from llmsim.types import EngineSnapshot, FinishReason, RequestStats, StepStats
 
 Snapshot = Callable[[], EngineSnapshot]
 
@@ -50,6 +51,8 @@ class ModelMetrics:
         self.requests = dict.fromkeys(FinishReason, 0)
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # llmsim_faults_injected_total{kind}: every kind from the start, so rate() has its zero.
+        self.faults_injected = dict.fromkeys(FAULT_KINDS, 0)
         # vLLM's histograms.
         self.ttft = Histogram(buckets.TTFT_BUCKETS)
         self.itl = Histogram(buckets.TOKEN_LATENCY_BUCKETS)
@@ -68,7 +71,7 @@ class ModelMetrics:
         self.step_lag = Histogram(buckets.LAG_BUCKETS)
         self.step_duration = Histogram(buckets.STEP_DURATION_BUCKETS)
         self.batch_size = Histogram(buckets.BATCH_SIZE_BUCKETS)
-        self.summary = Summary()
+        self.summary = LatencySummary()
 
     def bind(self, snapshot: Snapshot, cache_config: Mapping[str, str] | None = None) -> None:
         """Attach the engine once it exists (it is built with this object as its observer)."""
@@ -78,7 +81,7 @@ class ModelMetrics:
         self.prefix_caching = self.cache_config is not None and self.cache_config.get("enable_prefix_caching") == "True"
 
     def reset_summary(self) -> None:
-        self.summary = Summary()
+        self.summary = LatencySummary()
 
     # EngineObserver -------------------------------------------------------------------------
 
@@ -96,7 +99,7 @@ class ModelMetrics:
         summary.step_lag.add(stats.lag)
         summary.batch_size.add(stats.batch_size)
 
-    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
+    def on_first_token(self, ttft: float) -> None:
         # Observed now, not at the end of the stream, so TTFT dashboards don't wait for long outputs.
         self.ttft.observe(ttft)
         self.summary.ttft.add(ttft)
@@ -142,6 +145,10 @@ class ModelMetrics:
             summary.itl.add_many(gaps)
 
     # API ------------------------------------------------------------------------------------
+
+    def count_fault(self, kind: str) -> None:
+        """One injected fault of ``kind`` (the API's fault injection reports here)."""
+        self.faults_injected[kind] += 1
 
     def observe_lags(self, lags: Sequence[float]) -> None:
         """Release lags (release - simulated deadline) of one request's tokens."""

@@ -9,9 +9,10 @@ from contextlib import aclosing
 import pytest
 
 from llmsim.engine.clock import MonotonicClock
-from llmsim.engine.errors import EngineOverloaded
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem, simulate
-from llmsim.types import FinishReason, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
+from llmsim.types import FinishReason, GenerationPlan, Pacing, RequestId, RequestStats, StepStats, TokenEvent
+from tests.engine.streams import run
 
 from .builders import roofline, seed_params
 
@@ -21,14 +22,14 @@ TICK = 2e-6  # looptime rounds timers to 1 us
 class Recorder:
     def __init__(self) -> None:
         self.steps: list[StepStats] = []
-        self.first: list[tuple[RequestId, float, float]] = []
+        self.first: list[float] = []
         self.finished: list[RequestStats] = []
 
     def on_step(self, stats: StepStats) -> None:
         self.steps.append(stats)
 
-    def on_first_token(self, request_id: RequestId, ttft: float, queue_time: float) -> None:
-        self.first.append((request_id, ttft, queue_time))
+    def on_first_token(self, ttft: float) -> None:
+        self.first.append(ttft)
 
     def on_request_finished(self, stats: RequestStats) -> None:
         self.finished.append(stats)
@@ -57,18 +58,15 @@ async def test_tokens_are_released_at_exactly_the_step_deadlines() -> None:
     durations = [roofline(16, 16)] + [roofline(1, 16 + j) for j in range(1, 5)]
     deadlines = [arrival + sum(durations[: i + 1]) for i in range(5)]
     events: list[TokenEvent] = []
-    async with aclosing(engine.run(plan(5), arrival, RequestId("r"))) as it:
+    async with aclosing(run(engine, plan(5), arrival, RequestId("r"))) as it:
         async for ev in it:
             events.append(ev)
             assert clock.now() == pytest.approx(ev.sim_time, abs=TICK)
     assert [e.sim_time for e in events] == pytest.approx(deadlines, rel=1e-12)
-    assert [(e.index, e.text, e.queue_time) for e in events] == [(i, f"t{i}", 0.0) for i in range(5)]
-    assert all(e.lag < TICK for e in events)
+    assert [(e.index, e.text) for e in events] == [(i, f"t{i}") for i in range(5)]
     # Anchored timeline: each step starts where the previous one was due to end.
     assert [s.start for s in rec.steps] == pytest.approx([arrival, *deadlines[:-1]], rel=1e-12)
-    ((first_id, first_ttft, first_queue),) = rec.first
-    assert (first_id, first_queue) == ("r", 0.0)
-    assert first_ttft == pytest.approx(durations[0], rel=1e-12)
+    assert rec.first == [pytest.approx(durations[0], rel=1e-12)]
     (stats,) = rec.finished
     assert stats.finish_reason is FinishReason.STOP
     assert stats.output_tokens == 5
@@ -98,7 +96,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline() -> None:
         stamp = clock.now()
         assert stamp == item.arrival
         plan_i = plan(item.output_tokens, item.prompt_tokens)
-        return [ev.sim_time async for ev in engine.run(plan_i, stamp, RequestId(str(i)))]
+        return [ev.sim_time async for ev in run(engine, plan_i, stamp, RequestId(str(i)))]
 
     got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
     expected = simulate(params, workload)
@@ -112,7 +110,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline() -> None:
 async def test_closing_an_iterator_aborts_the_request_and_frees_its_blocks() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(), rec)
-    async with aclosing(engine.run(plan(50, prompt_tokens=1000), clock.now(), RequestId("gone"))) as it:
+    async with aclosing(run(engine, plan(50, prompt_tokens=1000), clock.now(), RequestId("gone"))) as it:
         got = [ev async for ev in take(it, 3)]
     assert len(got) == 3
     snap = engine.snapshot()
@@ -122,7 +120,7 @@ async def test_closing_an_iterator_aborts_the_request_and_frees_its_blocks() -> 
     assert stats.output_tokens == 3
     assert stats.finished == pytest.approx(got[-1].sim_time, abs=TICK)
     # The loop carries on for the next request.
-    events = [ev async for ev in engine.run(plan(2), clock.now(), RequestId("next"))]
+    events = [ev async for ev in run(engine, plan(2), clock.now(), RequestId("next"))]
     assert len(events) == 2
     await engine.stop()
 
@@ -137,18 +135,23 @@ async def take(it: AsyncIterator[TokenEvent], n: int) -> AsyncIterator[TokenEven
 async def test_an_idle_engine_restarts_at_the_arrival_stamp_not_at_now() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(), rec)
-    first = [ev async for ev in engine.run(plan(2), clock.now(), RequestId("a"))]
+    first = [ev async for ev in run(engine, plan(2), clock.now(), RequestId("a"))]
     assert first[-1].sim_time < 0.01
     await asyncio.sleep(5.0 - clock.now())
     # Stamped 100 ms before the engine sees it (e.g. by middleware): the timeline starts there.
     arrival = clock.now() - 0.1
-    events = [ev async for ev in engine.run(plan(3), arrival, RequestId("b"))]
+    events: list[TokenEvent] = []
+    received: list[float] = []
+    async for ev in run(engine, plan(3), arrival, RequestId("b")):
+        events.append(ev)
+        received.append(clock.now())
     durations = [roofline(16, 16), roofline(1, 17), roofline(1, 18)]
     assert [e.sim_time for e in events] == pytest.approx(
         [arrival + sum(durations[: i + 1]) for i in range(3)], rel=1e-12
     )
-    # Those deadlines were already past when the request arrived: released at once, lag recorded.
-    assert events[0].lag == pytest.approx(5.0 - (arrival + durations[0]), abs=TICK)
+    # That first deadline had already passed when the request reached the engine: released at
+    # once, late by 5.0 - deadline (the lag the API reports), not shifted.
+    assert received[0] - events[0].sim_time == pytest.approx(5.0 - (arrival + durations[0]), abs=TICK)
     assert rec.steps[2].start == arrival
     await engine.stop()
 
@@ -157,19 +160,87 @@ async def test_an_idle_engine_restarts_at_the_arrival_stamp_not_at_now() -> None
 async def test_a_full_waiting_queue_refuses_new_requests() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(max_num_sequences=1, max_waiting_requests=1), rec)
-    a = engine.run(plan(100), clock.now(), RequestId("a"))
+    a = run(engine, plan(100), clock.now(), RequestId("a"))
     await anext(a)  # a runs
-    b_task = asyncio.create_task(collect(engine.run(plan(2), clock.now(), RequestId("b"))))
-    await asyncio.sleep(0)  # b registers and waits: one running, one waiting
+    b_task = asyncio.create_task(collect(run(engine, plan(2), clock.now(), RequestId("b"))))
+    # b is judged when the timeline reaches its arrival (the next step boundary) and waits.
+    await asyncio.sleep(0.05)
     snap = engine.snapshot()
     assert (snap.num_running, snap.num_waiting) == (1, 1)
-    assert not engine.accepting()
-    c = engine.run(plan(1), clock.now(), RequestId("c"))
     with pytest.raises(EngineOverloaded, match="1 requests waiting"):
-        await anext(c)
+        await engine.submit([plan(1)], clock.now(), [RequestId("c")])
+    assert engine.snapshot().num_waiting == 1  # c left nothing behind
     await a.aclose()
     assert len(await b_task) == 2
-    assert engine.accepting()
+    (d,) = await engine.submit([plan(1)], clock.now(), [RequestId("d")])
+    assert len(await collect(d)) == 1
+    # Refused requests never ran, so they are not reported: a (aborted), b, d.
+    assert sorted(s.request_id for s in rec.finished) == ["a", "b", "d"]
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_the_choices_of_one_request_are_admitted_or_refused_together() -> None:
+    engine, clock = await started(seed_params(max_num_sequences=1, max_waiting_requests=3), Recorder())
+    a = run(engine, plan(100), clock.now(), RequestId("a"))
+    await anext(a)  # a runs; the waiting queue is empty and takes 3
+    # 4 choices cannot all wait: none is queued (not 3 of them).
+    with pytest.raises(EngineOverloaded):
+        await engine.submit([plan(2)] * 4, clock.now(), [RequestId(f"n4-{i}") for i in range(4)])
+    assert engine.snapshot().num_waiting == 0
+    streams = await engine.submit([plan(2)] * 3, clock.now(), [RequestId(f"n3-{i}") for i in range(3)])
+    assert engine.snapshot().num_waiting == 3
+    await a.aclose()
+    assert [len(await collect(s)) for s in streams] == [2, 2, 2]
+    await engine.stop()
+
+
+class BehindClock:
+    """A host too slow for the timeline: every step ends ``behind`` seconds after its deadline.
+
+    ``now`` is the loop's (virtual) time; each ``sleep_until`` waits until the deadline plus
+    ``behind``, as a saturated event loop would wake the step loop late.
+    """
+
+    def __init__(self, behind: float) -> None:
+        self.behind = behind
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep_until(self, deadline: float) -> float:
+        late = deadline + self.behind
+        await asyncio.sleep(max(0.0, late - self.now()))
+        return max(0.0, self.now() - deadline)
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("behind", [0.0, 0.5])
+async def test_admission_follows_the_simulated_timeline_not_the_host(behind: float) -> None:
+    """20 long prompts arrive 2 ms apart against a queue limit of 4: who is refused is decided by
+    the simulated queue at each arrival, so a host running 0.5 s behind refuses exactly the same
+    requests as an on-time one, and exactly those the virtual-time core refuses."""
+    params = seed_params(max_num_sequences=2, max_waiting_requests=4)
+    arrivals = [0.002 * i for i in range(20)]
+    expected = simulate(params, [WorkloadItem(t, 2000, 3) for t in arrivals])
+    refused_expected = [r.index for r in expected.requests if r.rejected]
+    assert 0 < len(refused_expected) < 20  # the limit bites, but not on everyone
+
+    engine = SchedulerEngine(params, BehindClock(behind), Recorder())
+    await engine.start()
+    t0 = asyncio.get_running_loop().time()
+
+    async def one(i: int) -> bool:
+        await asyncio.sleep(t0 + arrivals[i] - asyncio.get_running_loop().time())
+        try:
+            (stream,) = await engine.submit([plan(3, prompt_tokens=2000)], t0 + arrivals[i], [RequestId(str(i))])
+        except EngineOverloaded:
+            return False
+        await collect(stream)
+        return True
+
+    served = await asyncio.gather(*(one(i) for i in range(20)))
+    assert [i for i, ok in enumerate(served) if not ok] == refused_expected
     await engine.stop()
 
 
@@ -181,14 +252,23 @@ async def collect(it: AsyncIterator[TokenEvent]) -> list[TokenEvent]:
 async def test_stop_ends_in_flight_iterators_and_reports_them_aborted() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(), rec)
-    it = engine.run(plan(100), clock.now(), RequestId("a"))
-    task = asyncio.create_task(collect(it))
+    events: list[TokenEvent] = []
+
+    async def consume() -> None:
+        async with aclosing(run(engine, plan(100), clock.now(), RequestId("a"))) as it:
+            async for ev in it:
+                events.append(ev)
+
+    task = asyncio.create_task(consume())
     await asyncio.sleep(0.05)
     await engine.stop()
-    events = await task
+    # The consumer learns it was cut short (the API then ends the response with finish reason "abort").
+    with pytest.raises(RequestAborted):
+        await task
     assert 0 < len(events) < 100
     assert [s.finish_reason for s in rec.finished] == [FinishReason.ABORT]
-    assert not engine.accepting()
+    with pytest.raises(EngineStopped):
+        await engine.submit([plan(1)], clock.now(), [RequestId("late")])
 
 
 class Exploding(Recorder):
@@ -199,9 +279,10 @@ class Exploding(Recorder):
 @pytest.mark.looptime
 async def test_a_failed_step_loop_fails_its_streams_instead_of_hanging() -> None:
     engine, clock = await started(seed_params(), Exploding())
-    with pytest.raises(RuntimeError, match="step loop failed"):
-        await collect(engine.run(plan(3), clock.now(), RequestId("a")))
-    assert not engine.accepting()
+    with pytest.raises(EngineStopped, match="step loop failed"):
+        await collect(run(engine, plan(3), clock.now(), RequestId("a")))
+    with pytest.raises(EngineStopped):
+        await engine.submit([plan(1)], clock.now(), [RequestId("b")])
     await engine.stop()
 
 
@@ -209,7 +290,7 @@ async def test_a_failed_step_loop_fails_its_streams_instead_of_hanging() -> None
 async def test_a_plan_without_tokens_ends_after_its_prefill() -> None:
     rec = Recorder()
     engine, clock = await started(seed_params(), rec)
-    assert await collect(engine.run(plan(0), clock.now(), RequestId("a"))) == []
+    assert await collect(run(engine, plan(0), clock.now(), RequestId("a"))) == []
     (stats,) = rec.finished
     assert stats.finish_reason is FinishReason.STOP
     assert stats.finished == pytest.approx(roofline(16, 16))
@@ -231,9 +312,105 @@ async def test_a_loop_running_late_still_lets_consumers_and_arrivals_in() -> Non
     engine = SchedulerEngine(seed_params(), LateClock(), rec)
     await engine.start()
     seen_at_step: list[int] = []
-    async for _ in engine.run(plan(5), 0.0, RequestId("a")):
+    async for _ in run(engine, plan(5), 0.0, RequestId("a")):
         seen_at_step.append(len(rec.steps))
     # Each token reaches its consumer before the following step has run.
     assert seen_at_step == [1, 2, 3, 4, 5]
     assert all(s.lag == 0.001 for s in rec.steps)
     await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_abort_requests_ends_running_and_queued_streams_and_the_engine_goes_on() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    ends: dict[str, tuple[str, int]] = {}
+
+    async def consume(rid: str, at: float) -> None:
+        n = 0
+        try:
+            async with aclosing(run(engine, plan(1000), at, RequestId(rid))) as it:
+                async for _ in it:
+                    n += 1
+        except RequestAborted:
+            ends[rid] = ("aborted", n)
+
+    running = asyncio.create_task(consume("running", arrival))
+    # Arrives later on the timeline: still in the inbox when the abort comes.
+    queued = asyncio.create_task(consume("queued", arrival + 10.0))
+    await asyncio.sleep(0.05)
+    assert engine.abort_requests() == 2
+    await asyncio.gather(running, queued)
+    assert ends["queued"] == ("aborted", 0)
+    status, n = ends["running"]
+    assert status == "aborted"
+    assert 0 < n < 1000
+    assert sorted((s.request_id, s.finish_reason) for s in rec.finished) == [
+        ("queued", FinishReason.ABORT),
+        ("running", FinishReason.ABORT),
+    ]
+    assert engine.snapshot() == type(engine.snapshot())(0, 0, 0, 7609)
+    # Still serving: a new request runs to its end.
+    assert len(await collect(run(engine, plan(3), clock.now(), RequestId("after")))) == 3
+    await engine.stop()
+
+
+def paced(n_tokens: int, pacing: Pacing) -> GenerationPlan:
+    return GenerationPlan(16, tuple(f"t{i}" for i in range(n_tokens)), FinishReason.STOP, "e", pacing=pacing)
+
+
+@pytest.mark.looptime
+async def test_a_paced_stream_leaves_at_its_paced_deadlines_and_the_gpu_timeline_is_unchanged() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    durations = [roofline(16, 16)] + [roofline(1, 16 + j) for j in range(1, 4)]
+    gpu = [arrival + sum(durations[: i + 1]) for i in range(4)]
+    # Slowdown 2, 300 ms pause from token 1: arrival + 2 * (t - arrival), + 0.3 s for tokens 1..3.
+    expected = [arrival + 2 * (t - arrival) + (0.3 if i >= 1 else 0.0) for i, t in enumerate(gpu)]
+    events: list[TokenEvent] = []
+    async with aclosing(run(engine, paced(4, Pacing(2.0, 1, 0.3)), arrival, RequestId("r"))) as it:
+        async for ev in it:
+            assert clock.now() == pytest.approx(ev.sim_time, abs=TICK)
+            events.append(ev)
+    assert [e.sim_time for e in events] == pytest.approx(expected, rel=1e-9)
+    (stats,) = rec.finished
+    # The GPU computed and freed the sequence on its own timeline.
+    assert stats.token_times == pytest.approx(gpu, rel=1e-12)
+    assert stats.finish_reason is FinishReason.STOP
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_paced_stream_held_in_its_pause_is_aborted_at_once() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    got: list[int] = []
+
+    async def consume() -> None:
+        async with aclosing(run(engine, paced(3, Pacing(pause_at=0, pause_s=60.0)), arrival, RequestId("r"))) as it:
+            async for ev in it:
+                got.append(ev.index)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(1.0)  # the GPU is long done; the stream holds token 0 for 60 s
+    engine.abort_requests()
+    with pytest.raises(RequestAborted):
+        await task
+    assert clock.now() == pytest.approx(arrival + 1.0, abs=TICK)
+    assert got == []
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_stop_interrupts_a_paced_stream_too() -> None:
+    engine, clock = await started(seed_params(), Recorder())
+    task = asyncio.create_task(
+        collect(run(engine, paced(3, Pacing(pause_at=1, pause_s=60.0)), clock.now(), RequestId("r")))
+    )
+    await asyncio.sleep(1.0)
+    await engine.stop()
+    with pytest.raises(RequestAborted):
+        await task

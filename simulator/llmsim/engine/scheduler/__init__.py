@@ -3,8 +3,9 @@
 Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers);
-- decisions: ``policy`` (``Scheduler``: admission, batching, preemption, token release);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload`` and
+  ``simulation_summary`` (virtual-time inputs and outputs);
+- decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release);
 - time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock) and
   ``virtual`` (``simulate``: the same core stepped in a plain loop, far faster than real time).
 
@@ -14,10 +15,17 @@ Pure and deterministic: no I/O, no randomness outside the seeded workload genera
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.kv_cache import KVCache
-from llmsim.engine.scheduler.params import GpuSpec, ModelSpec, SchedulerParams, check_context_fits, num_kv_blocks
-from llmsim.engine.scheduler.policy import Scheduler, SchedulerOutput, StepResult
+from llmsim.engine.scheduler.params import (
+    GpuSpec,
+    ModelSpec,
+    SchedulerParams,
+    check_context_fits,
+    default_limits,
+    num_kv_blocks,
+)
+from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.summary import Percentiles, Summary, percentile
+from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
 from llmsim.engine.scheduler.virtual import RequestResult, SimulationResult, simulate
 from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals, poisson_workload
 
@@ -35,10 +43,11 @@ __all__ = [
     "Sequence",
     "SequenceStatus",
     "SimulationResult",
+    "SimulationSummary",
     "StepResult",
-    "Summary",
     "WorkloadItem",
     "check_context_fits",
+    "default_limits",
     "num_kv_blocks",
     "percentile",
     "poisson_arrivals",

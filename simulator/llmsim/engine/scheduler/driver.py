@@ -2,9 +2,9 @@
 
 One background task owns the simulated GPU::
 
-    schedule -> cost -> deadline = step_start + duration -> lag = await clock.sleep_until(deadline)
-             -> update -> one TokenEvent to every sequence that sampled a token -> observers
-             -> step_start = deadline
+    admit arrivals -> schedule -> cost -> deadline = step_start + duration
+        -> lag = await clock.sleep_until(deadline) -> update -> one TokenEvent to every sequence
+           that sampled a token -> observers -> step_start = deadline
 
 The timeline is anchored: a late wake-up shows up as lag and never shifts the next step.
 Requests wait in an inbox ordered by arrival stamp and join the first step that starts at or
@@ -12,8 +12,18 @@ after their arrival (so a request arriving mid-step joins the next one, as on a 
 there is nothing to do the loop waits for a request and restarts the timeline at
 max(its arrival stamp, end of the last step) - the stamp, not "now".
 
-Each ``run()`` consumer owns a deque of released events and, while it waits, one future; the
+Admission follows the simulated timeline, never the host: with ``max_waiting_requests`` set, a
+request is judged when the timeline reaches its arrival stamp, against the waiting queue of
+that moment, and :meth:`SchedulerEngine.submit` returns (or raises ``EngineOverloaded``) then.
+A late timeline (a busy host) delays the answer; it never changes it. All choices of one request
+are admitted or refused together.
+
+Each stream owns a deque of released events and, while its consumer waits, one future; the
 loop appends and wakes it. No asyncio.Queue per request, nothing per token beyond the event.
+
+A plan with :class:`~llmsim.types.Pacing` gets a :class:`_PacedStream`: the GPU's timeline is
+unchanged (the sequence is batched, computed and freed as any other), and the stream holds each
+released token until its paced deadline on the way out. The engine's stats keep the GPU's times.
 """
 
 from __future__ import annotations
@@ -23,34 +33,36 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import Sequence as Seq
 from contextlib import suppress
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
 from llmsim.engine.clock import Clock
-from llmsim.engine.errors import EngineOverloaded
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.policy import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, TokenEvent
+from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
 
 logger = logging.getLogger(__name__)
 
-_WAITING = SequenceStatus.WAITING
 _FINISHED = SequenceStatus.FINISHED
 _ABORTED = SequenceStatus.ABORTED
 
 
 class _Stream(Sequence):
-    """A sequence plus its consumer's channel."""
+    """A sequence plus its consumer's channel; the :class:`TokenStream` the API pulls."""
 
-    __slots__ = ("events", "plan", "waiter")
+    __slots__ = ("engine", "events", "in_inbox", "plan", "waiter")
 
-    def __init__(self, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
+    def __init__(self, engine: SchedulerEngine, plan: GenerationPlan, arrival: float, request_id: RequestId) -> None:
         Sequence.__init__(self, request_id, arrival, plan.prompt_tokens, plan.num_output_tokens, plan.finish_reason)
+        self.engine = engine
         self.plan = plan
         self.events: deque[TokenEvent] = deque()
+        # True until the step loop hands the stream to the scheduler (or refuses it).
+        self.in_inbox = True
         # Set while the consumer waits for the next event.
         self.waiter: asyncio.Future[None] | None = None
 
@@ -61,16 +73,108 @@ class _Stream(Sequence):
             if not waiter.done():
                 waiter.set_result(None)
 
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> TokenEvent:
+        # Per-token path: a released event is returned without suspending.
+        events = self.events
+        while not events:
+            if self.status >= _FINISHED:
+                if self.status is _ABORTED:
+                    raise RequestAborted("the engine aborted the request")
+                raise StopAsyncIteration
+            engine = self.engine
+            if engine.failure is not None:
+                raise EngineStopped("the scheduler step loop failed") from engine.failure
+            if engine.closed:
+                raise RequestAborted("the scheduler engine stopped")
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.waiter = waiter
+            await waiter
+        return events.popleft()
+
+    async def aclose(self) -> None:
+        self.waiter = None
+        self.engine.close_stream(self)
+
+    def interrupt(self) -> None:
+        """The stream ended under its consumer (abort, stop): let it see that now."""
+        self.wake()
+
+
+class _PacedStream(_Stream):
+    """A stream whose tokens leave at their paced deadlines, after the step that released them."""
+
+    __slots__ = ("cut", "pacing", "sleeper")
+
+    def __init__(
+        self, engine: SchedulerEngine, plan: GenerationPlan, arrival: float, request_id: RequestId, pacing: Pacing
+    ) -> None:
+        super().__init__(engine, plan, arrival, request_id)
+        self.pacing = pacing
+        # The consumer's task while it waits for a paced deadline: what interrupt() cancels.
+        self.sleeper: asyncio.Task[object] | None = None
+        # Aborted while the GPU had finished it but tokens were still held back.
+        self.cut = False
+
+    async def __anext__(self) -> TokenEvent:
+        if self.cut:
+            raise RequestAborted("the engine aborted the request")
+        event = await _Stream.__anext__(self)
+        deadline = self.pacing.deadline(self.arrival, event.sim_time, event.index)
+        clock = self.engine._clock  # the engine's own clock (a sibling class of this module)
+        if clock.now() < deadline:
+            self.sleeper = asyncio.current_task()
+            try:
+                await clock.sleep_until(deadline)
+            except asyncio.CancelledError:
+                engine = self.engine
+                if not (self.cut or self.status is _ABORTED or engine.closed or engine.failure is not None):
+                    raise
+                # Our own cancellation (abort, stop, failed loop): consumed here; the held token is dropped.
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                if engine.failure is not None:
+                    raise EngineStopped("the scheduler step loop failed") from engine.failure
+                raise RequestAborted("the engine aborted the request") from None
+            finally:
+                self.sleeper = None
+        event.sim_time = deadline
+        return event
+
+    def interrupt(self) -> None:
+        self.wake()
+        if self.sleeper is not None:
+            self.sleeper.cancel()
+
+
+class _Admission:
+    """The choices of one request, admitted or refused together when the timeline reaches them."""
+
+    __slots__ = ("decided", "rejected", "streams")
+
+    def __init__(self, streams: list[_Stream], decided: asyncio.Future[None] | None) -> None:
+        self.streams = streams
+        # Set by the step loop once it has judged the request; None when nothing is to judge.
+        self.decided = decided
+        self.rejected = False
+
+    def decide(self) -> None:
+        if self.decided is not None and not self.decided.done():
+            self.decided.set_result(None)
+
 
 class SchedulerEngine(Engine):
-    """Continuous batching on one simulated GPU (see :mod:`llmsim.engine.scheduler.policy`).
+    """Continuous batching on one simulated GPU (see :mod:`llmsim.engine.scheduler.scheduler`).
 
     Parameters
     ----------
     params:
         GPU, model and scheduler numbers.
     clock:
-        The engine's only view of time; arrival stamps passed to :meth:`run` are on it.
+        The engine's only view of time; arrival stamps passed to :meth:`submit` are on it.
     observer:
         Receives every step's stats, first tokens and finished requests.
     """
@@ -83,15 +187,19 @@ class SchedulerEngine(Engine):
         self._clock = clock
         self._observer: EngineObserver = observer or NullObserver()
         self._scheduler: Scheduler[_Stream] = Scheduler(params)
-        # (arrival, submission number, stream): a heap, so the waiting queue is in arrival order.
-        self._inbox: list[tuple[float, int, _Stream]] = []
+        # (arrival, submission number, admission): a heap, so the waiting queue is in arrival order.
+        self._inbox: list[tuple[float, int, _Admission]] = []
         self._submitted = 0
+        # Streams in the inbox and not aborted (what /metrics counts as waiting besides the scheduler's).
+        self._num_inbox = 0
         self._live: set[_Stream] = set()
+        # Paced streams until their consumer closes them (they outlive the sequence on the GPU).
+        self._paced: set[_PacedStream] = set()
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._timeline_end = -math.inf
-        self._closed = False
-        self._failure: BaseException | None = None
+        self.closed = False
+        self.failure: BaseException | None = None
 
     @property
     def num_kv_blocks(self) -> int:
@@ -100,20 +208,19 @@ class SchedulerEngine(Engine):
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._task is None and not self._closed:
+        if self._task is None and not self.closed:
             self._task = asyncio.get_running_loop().create_task(self._step_loop(), name="llmsim-scheduler")
             self._task.add_done_callback(self._loop_done)
             logger.debug("scheduler engine started: %d KV blocks", self.num_kv_blocks)
 
     async def stop(self) -> None:
-        self._closed = True
+        self.closed = True
         task, self._task = self._task, None
         if task is not None and not task.done():  # a failed loop's error was already logged
             task.cancel()
             with suppress(asyncio.CancelledError):
                 await task
-        for stream in list(self._live):
-            stream.wake()
+        self._wake_everyone()
 
     def _loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
@@ -121,65 +228,87 @@ class SchedulerEngine(Engine):
         exc = task.exception()
         if exc is not None:
             logger.error("scheduler step loop failed", exc_info=exc)
-            self._failure = exc
-            for stream in list(self._live):
-                stream.wake()
+            self.failure = exc
+            self._wake_everyone()
+
+    def _wake_everyone(self) -> None:
+        for _, _, admission in self._inbox:
+            admission.decide()
+        for stream in {*self._live, *self._paced}:
+            stream.interrupt()
+
+    def abort_requests(self) -> int:
+        streams = [s for s in self._live if s.status < _FINISHED]
+        for stream in streams:
+            self.close_stream(stream)
+        for _, _, admission in self._inbox:
+            admission.decide()  # a request still waiting for its admission gets its aborted streams
+        # Done on the GPU, but still holding tokens back: cut short as well.
+        held = [s for s in self._paced if s.status is _FINISHED and not s.cut]
+        for stream in held:
+            stream.cut = True
+        for stream in (*streams, *held):
+            stream.interrupt()
+        return len(streams) + len(held)
 
     # -- requests -------------------------------------------------------------------------
 
-    def _num_waiting(self) -> int:
-        return len(self._inbox) + len(self._scheduler.waiting)
-
-    def accepting(self) -> bool:
+    async def submit(
+        self, plans: Seq[GenerationPlan], arrival: float, request_ids: Seq[RequestId]
+    ) -> list[TokenStream]:
+        self._check_serving()
+        streams = [
+            _Stream(self, plan, arrival, rid)
+            if plan.pacing is None
+            else _PacedStream(self, plan, arrival, rid, plan.pacing)
+            for plan, rid in zip(plans, request_ids, strict=True)
+        ]
+        for stream in streams:
+            stream.limit_to_context(self._params.context_length)  # raise here, not in the step loop
         limit = self._params.max_waiting_requests
-        return not self._closed and self._failure is None and (limit is None or self._num_waiting() < limit)
-
-    async def run(
-        self, plan: GenerationPlan, arrival: float, request_id: RequestId
-    ) -> AsyncGenerator[TokenEvent, None]:
-        if self._closed or self._failure is not None:
-            raise RuntimeError("the scheduler engine is not running")
-        limit = self._params.max_waiting_requests
-        if limit is not None and self._num_waiting() >= limit:
-            raise EngineOverloaded(self._num_waiting(), limit)
-        stream = _Stream(plan, arrival, request_id)
-        stream.limit_to_context(self._params.context_length)  # raise here, not in the step loop
-        heapq.heappush(self._inbox, (arrival, self._submitted, stream))
+        loop = asyncio.get_running_loop()
+        admission = _Admission(streams, loop.create_future() if limit is not None else None)
+        heapq.heappush(self._inbox, (arrival, self._submitted, admission))
         self._submitted += 1
-        self._live.add(stream)
+        self._num_inbox += len(streams)
+        self._live.update(streams)
+        self._paced.update(s for s in streams if isinstance(s, _PacedStream))
         await self.start()
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
-        events = stream.events
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                while events:
-                    yield events.popleft()
-                if stream.status >= _FINISHED or self._closed:
-                    return
-                if self._failure is not None:
-                    raise RuntimeError("the scheduler step loop failed") from self._failure
-                waiter: asyncio.Future[None] = loop.create_future()
-                stream.waiter = waiter
-                await waiter
-        finally:
-            self._live.discard(stream)
-            stream.waiter = None
-            if stream.status < _FINISHED:
-                self._abort(stream)
+        if admission.decided is not None:
+            try:
+                await admission.decided
+            except asyncio.CancelledError:
+                for stream in streams:
+                    self.close_stream(stream)
+                raise
+            self._check_serving()
+            if admission.rejected:
+                assert limit is not None
+                raise EngineOverloaded(len(self._scheduler.waiting), limit)
+        return list(streams)
 
-    def _abort(self, stream: _Stream) -> None:
+    def _check_serving(self) -> None:
+        if self.failure is not None:
+            raise EngineStopped("the scheduler step loop failed") from self.failure
+        if self.closed:
+            raise EngineStopped("the scheduler engine is stopped")
+
+    def close_stream(self, stream: _Stream) -> None:
+        """The consumer is done with ``stream``: abort it if it has not ended (idempotent)."""
+        self._live.discard(stream)
+        if self._paced:
+            self._paced.discard(stream)
+        if stream.status >= _FINISHED:
+            return
         now = max(self._clock.now(), stream.arrival)
-        for i, entry in enumerate(self._inbox):
-            if entry[2] is stream:
-                self._inbox[i] = self._inbox[-1]
-                self._inbox.pop()
-                heapq.heapify(self._inbox)
-                stream.status = _ABORTED
-                stream.finished_time = now
-                break
+        if stream.in_inbox:
+            # Dropped when the step loop reaches its admission.
+            stream.status = _ABORTED
+            stream.finished_time = now
+            self._num_inbox -= 1
         else:
             self._scheduler.abort(stream, now)
         self._observer.on_request_finished(stream.to_stats())
@@ -188,12 +317,26 @@ class SchedulerEngine(Engine):
         kv = self._scheduler.kv
         return EngineSnapshot(
             num_running=len(self._scheduler.running),
-            num_waiting=self._num_waiting(),
+            num_waiting=self._num_inbox + len(self._scheduler.waiting),
             kv_used_blocks=kv.num_used,
             kv_total_blocks=kv.num_blocks,
         )
 
     # -- the step loop --------------------------------------------------------------------
+
+    def _admit_arrivals(self, step_start: float) -> None:
+        """Hand every request that arrived by ``step_start`` to the scheduler, or refuse it."""
+        inbox = self._inbox
+        while inbox and inbox[0][0] <= step_start:
+            admission = heapq.heappop(inbox)[2]
+            live = [s for s in admission.streams if s.status < _FINISHED]  # aborted ones are gone
+            self._num_inbox -= len(live)
+            for stream in admission.streams:
+                stream.in_inbox = False
+            if not self._scheduler.add_requests(live, step_start):
+                admission.rejected = True
+                self._live.difference_update(live)
+            admission.decide()
 
     async def _step_loop(self) -> None:
         sched = self._scheduler
@@ -213,8 +356,9 @@ class SchedulerEngine(Engine):
                 # Idle restart: anchored at the arrival stamp, never at "now".
                 if inbox[0][0] > step_start:
                     step_start = inbox[0][0]
-            while inbox and inbox[0][0] <= step_start:
-                sched.add_request(heapq.heappop(inbox)[2])
+            self._admit_arrivals(step_start)
+            if not sched.has_work():
+                continue  # every arrival was refused or had left
             out = sched.schedule(step_start)
             duration = step_duration(out.num_tokens, out.num_context_tokens)
             deadline = step_start + duration
@@ -228,15 +372,13 @@ class SchedulerEngine(Engine):
             # Once per released token: one TokenEvent, one wake-up, nothing else allocated.
             for stream in result.released:
                 index = stream.num_output_tokens - 1
-                scheduled = stream.scheduled_time
-                assert scheduled is not None
-                queue_time = scheduled - stream.arrival
-                stream.events.append(TokenEvent(index, stream.plan.tokens[index], deadline, lag, queue_time))
+                stream.events.append(TokenEvent(index, stream.plan.tokens[index], deadline))
                 if index == 0:
-                    observer.on_first_token(stream.request_id, deadline - stream.arrival, queue_time)
+                    observer.on_first_token(deadline - stream.arrival)
                 stream.wake()
             observer.on_step(sched.step_stats(out, step_start, duration, lag))
             for stream in result.finished:
                 stream.wake()  # a plan with no tokens ends without a release
+                self._live.discard(stream)
                 observer.on_request_finished(stream.to_stats())
             step_start = deadline

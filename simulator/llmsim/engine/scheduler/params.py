@@ -81,6 +81,19 @@ class SchedulerParams:
             raise ValueError(f"kv_bytes_per_token must be >= 1, got {self.model.kv_bytes_per_token}")
 
 
+#: vLLM V1's scheduler defaults (API server) by GPU memory: at least this much HBM takes the large table.
+LARGE_GPU_HBM_BYTES = 70 * 2**30
+#: (max_num_batched_tokens, max_num_seqs) on GPUs with at least LARGE_GPU_HBM_BYTES (H100/H200 class).
+LARGE_GPU_DEFAULT_LIMITS = (8192, 1024)
+#: The same on smaller GPUs (A100 40GB, L40S, L4, ...).
+SMALL_GPU_DEFAULT_LIMITS = (2048, 256)
+
+
+def default_limits(gpu: GpuSpec) -> tuple[int, int]:
+    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` when the config leaves them unset."""
+    return LARGE_GPU_DEFAULT_LIMITS if gpu.hbm_bytes >= LARGE_GPU_HBM_BYTES else SMALL_GPU_DEFAULT_LIMITS
+
+
 def num_kv_blocks(params: SchedulerParams) -> int:
     """KV blocks left after the weights (the formula lives in llmsim_capacity, shared with the operator).
 

@@ -28,6 +28,8 @@ class SequenceStatus(enum.IntEnum):
     RUNNING = 2
     FINISHED = 3
     ABORTED = 4
+    # Refused at arrival (the waiting queue was full): never scheduled, never reported.
+    REJECTED = 5
 
 
 @dataclass(slots=True, eq=False)
@@ -92,7 +94,7 @@ class Sequence:
             request_id=self.request_id,
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.num_output_tokens,
-            finish_reason=FinishReason.ABORT if self.status is SequenceStatus.ABORTED else self.finish_reason,
+            finish_reason=FinishReason.ABORT if self.status >= SequenceStatus.ABORTED else self.finish_reason,
             arrival=self.arrival,
             scheduled=self.scheduled_time,
             first_token=self.first_token_time,

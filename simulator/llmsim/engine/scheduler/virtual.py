@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.policy import Scheduler
+from llmsim.engine.scheduler.scheduler import Scheduler
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.summary import Percentiles, Summary
+from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary
 from llmsim.engine.scheduler.workload import WorkloadItem
 from llmsim.types import FinishReason, RequestId, StepStats
 
@@ -39,6 +39,8 @@ class RequestResult:
     num_preemptions: int
     # Release time of every output token.
     token_times: list[float]
+    # Refused at arrival (max_waiting_requests): never queued; finish_reason is ABORT, no latencies.
+    rejected: bool = False
 
     @property
     def itl(self) -> list[float]:
@@ -67,18 +69,20 @@ class SimulationResult:
         return [r.e2e for r in self.requests if r.finish_reason is not FinishReason.ABORT]
 
     def queue_times(self) -> list[float]:
-        return [r.queue_time for r in self.requests]
+        return [r.queue_time for r in self.requests if not r.rejected]
 
-    def summary(self) -> Summary:
+    def summary(self) -> SimulationSummary:
         reqs = self.requests
         steps = self.steps
         start = min((r.arrival for r in reqs), default=0.0)
         end = steps[-1].start + steps[-1].duration if steps else start
-        aborted = sum(r.finish_reason is FinishReason.ABORT for r in reqs)
-        return Summary(
+        rejected = sum(r.rejected for r in reqs)
+        aborted = sum(r.finish_reason is FinishReason.ABORT for r in reqs) - rejected
+        return SimulationSummary(
             num_requests=len(reqs),
-            num_finished=len(reqs) - aborted,
+            num_finished=len(reqs) - aborted - rejected,
             num_aborted=aborted,
+            num_rejected=rejected,
             duration=end - start,
             output_tokens=sum(r.output_tokens for r in reqs),
             ttft=Percentiles.of(self.ttfts()),
@@ -141,8 +145,7 @@ def simulate(params: SchedulerParams, workload: Iterable[WorkloadItem], *, audit
         while nxt < n and items[order[nxt]].arrival <= t:
             i = order[nxt]
             nxt += 1
-            if not seqs[i].is_finished:
-                sched.add_request(seqs[i])
+            if not seqs[i].is_finished and sched.add_requests([seqs[i]], t):
                 added[i] = 1
         while na < len(aborts) and aborts[na][0] <= t:
             abort(aborts[na][1], aborts[na][0])
@@ -179,4 +182,5 @@ def _result(index: int, seq: Sequence) -> RequestResult:
         queue_time=stats.queue_time,
         num_preemptions=stats.num_preemptions,
         token_times=stats.token_times,
+        rejected=seq.status is SequenceStatus.REJECTED,
     )

@@ -1,0 +1,62 @@
+"""What /openapi.json says about each route: its request body, its answers and their models.
+
+The endpoints read their bodies themselves (``routes.parse_body``, vLLM's validation and error
+texts), so FastAPI cannot infer request bodies from their signatures: each route declares its
+request model here, and :func:`add_request_schemas` puts those models in the document's
+components. Response models come from :mod:`llmsim.api.response_models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from llmsim.api.response_models import ErrorResponse
+
+_ERROR_DESCRIPTIONS = {
+    400: "The request is invalid (vLLM's validation errors and texts)",
+    404: "No such model (or it does not serve this API)",
+    503: "The model's waiting queue is full (Retry-After says when to retry) or it is not serving",
+}
+
+SSE_CONTENT = {
+    "text/event-stream": {
+        "schema": {
+            "type": "string",
+            "description": "With `stream: true`: `data: <chunk JSON>` events, then `data: [DONE]`.",
+        }
+    }
+}
+
+
+def request_body(*models: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` for a JSON body of one of ``models``."""
+    refs = [{"$ref": f"#/components/schemas/{m.__name__}"} for m in models]
+    schema = refs[0] if len(refs) == 1 else {"anyOf": refs}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def responses(
+    model: type[BaseModel] | None, *, errors: Sequence[int] = (), stream: bool = False, description: str = "OK"
+) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses``: 200 with ``model`` (and an SSE stream), plus error statuses in OpenAI's shape."""
+    ok: dict[str, Any] = {"description": description}
+    if model is not None:
+        ok["model"] = model
+    if stream:
+        ok["content"] = SSE_CONTENT
+    out: dict[int | str, dict[str, Any]] = {200: ok}
+    for status in errors:
+        out[status] = {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
+    return out
+
+
+def add_request_schemas(document: dict[str, Any], models: Sequence[type[BaseModel]]) -> None:
+    """Put the request models (and the models they use) in ``document``'s components."""
+    _, defs = models_json_schema([(m, "validation") for m in models], ref_template="#/components/schemas/{model}")
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in defs.get("$defs", {}).items():
+        schemas.setdefault(name, schema)

@@ -1,0 +1,241 @@
+"""Every response body the API sends, as pydantic models: published in /openapi.json and checked in tests.
+
+The bodies themselves are built elsewhere, without these models (completion_bodies.py builds dicts
+and byte templates on the hot path); tests and the schemathesis run check that what is sent
+validates against them. Field names, order and optionality follow vLLM 0.34's response models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from llmsim.config.schema import Faults
+
+
+class _Body(BaseModel):
+    # What a client may see beyond these fields is not an error (OpenAI adds fields over time).
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorInfo(_Body):
+    message: str
+    type: str
+    param: str | None = None
+    # vLLM: the HTTP status; OpenAI's string code for some errors ("model_not_found").
+    code: int | str | None = None
+
+
+class ErrorResponse(_Body):
+    error: ErrorInfo
+
+
+class PromptTokensDetails(_Body):
+    cached_tokens: int = 0
+
+
+class UsageInfo(_Body):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int | None = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class FunctionCall(_Body):
+    name: str
+    # JSON text.
+    arguments: str
+
+
+class ToolCall(_Body):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatLogprob(_Body):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatLogprobsContent(ChatLogprob):
+    top_logprobs: list[ChatLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(_Body):
+    content: list[ChatLogprobsContent] | None = None
+
+
+class ChatCompletionMessage(_Body):
+    role: str
+    content: str | None = None
+    # Omitted when empty, as vLLM does.
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ChatCompletionChoice(_Body):
+    index: int
+    message: ChatCompletionMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionResponse(_Body):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: UsageInfo
+
+
+class DeltaFunctionCall(_Body):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(_Body):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall | None = None
+
+
+class DeltaMessage(_Body):
+    role: str | None = None
+    content: str | None = None
+    tool_calls: list[DeltaToolCall] = Field(default_factory=list)
+
+
+class ChatCompletionChunkChoice(_Body):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(_Body):
+    """One ``data:`` event of a streamed chat completion."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatCompletionChunkChoice]
+    usage: UsageInfo | None = None
+
+
+class CompletionLogprobs(_Body):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(_Body):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class CompletionResponse(_Body):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo
+
+
+class CompletionChunk(_Body):
+    """One ``data:`` event of a streamed text completion."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class ModelCard(_Body):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    root: str | None = None
+    parent: str | None = None
+    max_model_len: int | None = None
+    permission: list[dict[str, Any]] = Field(default_factory=list)
+    # llmsim's own: the engine serving the model (EngineInfo).
+    llmsim: dict[str, Any] | None = None
+
+
+class ModelList(_Body):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeResponse(_Body):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(_Body):
+    prompt: str
+
+
+class Embedding(_Body):
+    index: int
+    object: Literal["embedding"] = "embedding"
+    # A list of floats, or base64 of little-endian float32 with encoding_format "base64".
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(_Body):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int | None = 0
+    completion_tokens_details: Any = None
+
+
+class EmbeddingResponse(_Body):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[Embedding]
+    usage: EmbeddingUsage
+
+
+class VersionResponse(_Body):
+    version: str
+
+
+class LoadResponse(_Body):
+    # Requests in flight (running + waiting) across the server.
+    server_load: int
+
+
+class FaultSettings(RootModel[dict[str, Faults]]):
+    """``/admin/faults``: each served model's fault injection, keyed by model name (a PUT names some of them)."""
+
+
+class SleepResponse(_Body):
+    status: Literal["sleeping"] = "sleeping"
+    level: int
+
+
+class WakeUpResponse(_Body):
+    status: Literal["awake", "sleeping"]
+    # The tags woken, None for all.
+    tags: list[str] | None
+
+
+class IsSleepingResponse(_Body):
+    is_sleeping: bool

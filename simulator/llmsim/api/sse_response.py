@@ -1,0 +1,204 @@
+"""A server-sent-event response written straight to the server's ``send``, one write per due batch.
+
+Starlette's StreamingResponse costs several coroutine hops per chunk: its own loop over an async
+generator of ours, then the ``send`` wrapper of every middleware on the way out (FastAPI has four
+or five). :class:`SSEResponse` pulls events from the engine iterator itself, encodes
+them and hands the bytes to the ``send`` it is called with; :class:`~llmsim.api.app.LlmsimApp`
+calls it with the server's own ``send``. It watches for the client's disconnect with one task
+(Starlette runs an anyio task group) and cancels the pull at once, so the engine frees the request.
+
+Coalescing: each pull first runs the engine iterator up to its next wait without awaiting. When
+the next token is already due (the stream is behind: a late wake-up, a slow loop), it does not
+wait at all; such tokens are batched and written together right before the stream next waits,
+or once :data:`MAX_BATCH_CHUNKS` have piled up. The bytes are the same sequence of SSE events;
+only their split into writes changes. A token that arrives after a wait is written at once.
+
+Backpressure: every write goes through the server's ``send``, which waits while the transport
+is paused (the peer's buffers are full), and a stream never encodes more than one batch ahead
+of what it has handed over. So one connection holds at most the transport's high-water mark
+plus one batch, and a slow or stalled reader costs the others nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class EventSource(Protocol[T_co]):
+    """What the response pulls events from: an engine's token stream, or several merged."""
+
+    def __anext__(self) -> Awaitable[T_co]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class StreamBody(Protocol):
+    """What a stream says besides its per-event chunks."""
+
+    def tail(self) -> bytes:
+        """The last bytes after the events ran out."""
+        ...
+
+    def error(self, exc: Exception) -> bytes | None:
+        """The last bytes after the events failed with ``exc``; None to let it propagate."""
+        ...
+
+    def close(self) -> None:
+        """Called once, however the stream ended (the client left included)."""
+        ...
+
+
+@types.coroutine
+def _resume(step: Coroutine[Any, Any, T], waiting_on: Any) -> Generator[Any, Any, T]:
+    """Finish awaiting ``step``, whose first ``send(None)`` already yielded ``waiting_on``.
+
+    Exactly what ``await`` would have done from there (``yield from``): the task waits on what
+    the step waits on, and a cancellation or close is passed down into it.
+    """
+    value = waiting_on
+    while True:
+        try:
+            sent = yield value
+        except GeneratorExit:
+            step.close()
+            raise
+        except BaseException as exc:
+            try:
+                value = step.throw(exc)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+        else:
+            try:
+                value = step.send(sent)
+            except StopIteration as done:
+                result = done.value
+                return result
+
+
+#: Most chunks written in one go while a stream is behind (a few KB): bounds what one connection
+#: holds beyond the transport's buffer, and how long one stream keeps the event loop from the
+#: others (≈ 50 µs of encoding).
+MAX_BATCH_CHUNKS = 16
+
+
+class SSEResponse(Response, Generic[T]):
+    """``text/event-stream`` of ``encode(event)`` for each event, then ``body.tail()``.
+
+    Parameters
+    ----------
+    events:
+        The engine's token stream (or several merged). Closed when the response ends, however it ends.
+    encode:
+        The SSE bytes of one event.
+    body:
+        The closing bytes, the error event, and the end-of-stream hook.
+    headers:
+        Extra response headers; the content type is ``text/event-stream; charset=utf-8``.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        events: EventSource[T],
+        encode: Callable[[T], bytes],
+        body: StreamBody,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+        self._events = events
+        self._encode = encode
+        self._body = body
+        # Set while the response waits on the engine: the only time a disconnect cancels it.
+        self._pulling = False
+        self._disconnected = False
+        self._cancelled_by_disconnect = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        watcher = asyncio.create_task(self._watch(receive, task))
+        try:
+            await self._stream(send)
+        except asyncio.CancelledError:
+            # Our own cancellation (the client left while we waited on the engine) ends the
+            # response quietly, as Starlette's does; anyone else's goes on.
+            if not self._cancelled_by_disconnect or task.uncancel() > 0:
+                raise
+        finally:
+            watcher.cancel()
+            try:
+                await self._events.aclose()
+            finally:
+                self._body.close()
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._disconnected = True
+        # Only a wait on the engine is cancelled; a write in progress ends by itself (the server
+        # turns writes after a disconnect into no-ops) and the stream checks the flag after it.
+        if self._pulling:
+            self._cancelled_by_disconnect = True
+            task.cancel()
+
+    async def _stream(self, send: Send) -> None:
+        pull = self._events.__anext__
+        encode = self._encode
+        due: list[bytes] = []
+        try:
+            # Per-token loop (every token of every stream): no await except the engine's wait and the write.
+            while True:
+                # Both kinds of source return a coroutine-like awaitable with send/throw.
+                step = cast(Coroutine[Any, Any, T], pull())
+                try:
+                    waiting_on = step.send(None)
+                except StopIteration as ready:
+                    # Due already: the stream is behind. Batch it with the others that are due.
+                    due.append(encode(ready.value))
+                    if len(due) >= MAX_BATCH_CHUNKS:
+                        # The server's send waits while the transport is paused (a slow reader), so
+                        # a full batch is where backpressure holds this stream. It returns at once
+                        # when the peer keeps up: yield the loop anyway, or a stream whose every
+                        # token is due (the instant engine) would run to its end in one turn.
+                        await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})
+                        due.clear()
+                        if self._disconnected:
+                            return
+                        await asyncio.sleep(0)
+                    continue
+                if due:
+                    await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})
+                    due.clear()
+                    if self._disconnected:
+                        return
+                self._pulling = True
+                try:
+                    event = await _resume(step, waiting_on)
+                finally:
+                    self._pulling = False
+                await send({"type": "http.response.body", "body": encode(event), "more_body": True})
+                if self._disconnected:
+                    return
+        except StopAsyncIteration:
+            due.append(self._body.tail())
+        except Exception as exc:
+            last = self._body.error(exc)
+            if last is None:
+                raise
+            due.append(last)
+        # The end of the stream in one write, with the chunked-encoding terminator.
+        await send({"type": "http.response.body", "body": b"".join(due), "more_body": False})

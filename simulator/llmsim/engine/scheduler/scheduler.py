@@ -1,0 +1,286 @@
+"""Every scheduling decision, preemption included, following vLLM V1's ``Scheduler``.
+
+One step, FCFS:
+
+1. ``_schedule_running``: running sequences, in admission order, each get what they still need
+   within the token budget (``max_batch_tokens``): one token for a decode, the next chunk for a
+   prefill (prefill is always chunked). A sequence that needs a block and finds none preempts
+   the newest admitted running sequence (recompute: its blocks are freed, its computed tokens
+   reset to 0, it goes to the front of the waiting queue); if it is itself the newest it
+   preempts itself, which ends the pass.
+2. ``_schedule_waiting``, only if nothing was preempted in this step: the waiting queue is
+   admitted in order (preempted sequences sit at its front) while fewer than
+   ``max_num_sequences`` run, budget remains, and the whole sequence - prompt plus tokens
+   already output, which a resumed sequence recomputes - fits in the free blocks minus the
+   watermark. The head of the queue blocks the rest. Blocks are allocated for the scheduled
+   chunk only. Admission never looks at the planned output length.
+3. ``update_from_output``: a sequence whose computed tokens caught up with its length samples a
+   token: the step that ends a prefill releases the first token, each later step one more. A
+   sequence that has released its planned tokens finishes, like an end-of-sequence token, and
+   frees its blocks.
+
+Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_cache_manager.py):
+
+- Synchronous scheduling: the next step is decided after the previous one's tokens are known
+  (vLLM's async scheduling overlaps the two; on a simulated GPU there is nothing to overlap).
+- No prefix caching, speculative decoding, LoRA, encoder inputs, priority policy or
+  ``long_prefill_token_threshold``: none change the FCFS, single-model timeline modelled here.
+- The whole-sequence admission check is vLLM's ``scheduler_reserve_full_isl`` (default on in
+  recent releases; older V1 releases checked only the first chunk). As in vLLM, the watermark is
+  applied only while some sequence is running, so a lone request is never kept out by it.
+- A sequence stops at ``context_length`` (vLLM's max_model_len check) with finish reason
+  ``length``; a cache smaller than one full-context request is refused at construction.
+- An abort frees the sequence's blocks at once, even mid-step; the step in flight still costs
+  what it was scheduled with (the GPU is already running it), but releases nothing to it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from llmsim.engine.scheduler.cost_model import CostModel
+from llmsim.engine.scheduler.kv_cache import KVCache
+from llmsim.engine.scheduler.params import SchedulerParams, check_context_fits, num_kv_blocks
+from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.types import StepStats
+
+S = TypeVar("S", bound=Sequence)
+
+_PREEMPTED = SequenceStatus.PREEMPTED
+_RUNNING = SequenceStatus.RUNNING
+_FINISHED = SequenceStatus.FINISHED
+_ABORTED = SequenceStatus.ABORTED
+
+
+@dataclass(slots=True)
+class SchedulerOutput(Generic[S]):
+    """One step's batch: what the cost model prices and ``update_from_output`` advances."""
+
+    index: int
+    # Sequences with tokens computed in this step, running ones first, then newly admitted.
+    scheduled: list[S] = field(default_factory=list)
+    # Sequences preempted in this step (now at the front of the waiting queue).
+    preempted: list[S] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    # Sum over scheduled sequences of their length after the step (see cost_model).
+    num_context_tokens: int = 0
+    # KV blocks in use while the step runs (StepStats reports the end of the step, as vLLM's gauge).
+    kv_used_blocks: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+@dataclass(slots=True)
+class StepResult(Generic[S]):
+    """What a step produced: who released a token, who finished."""
+
+    released: list[S] = field(default_factory=list)
+    finished: list[S] = field(default_factory=list)
+
+
+class Scheduler(Generic[S]):
+    """Decides each step's batch; time only enters as the numbers passed in (``now``).
+
+    Parameters
+    ----------
+    params:
+        The engine's plain-number configuration.
+    """
+
+    def __init__(self, params: SchedulerParams) -> None:
+        num_blocks = num_kv_blocks(params)
+        check_context_fits(params, num_blocks)
+        self.params = params
+        self.kv = KVCache(num_blocks, params.block_size)
+        self.cost = CostModel(params)
+        self.waiting: deque[S] = deque()
+        # Admission order: the newest admitted is last, the first to be preempted.
+        self.running: list[S] = []
+        self.watermark_blocks = int(params.watermark * num_blocks)
+        self.num_steps = 0
+        self.num_preemptions = 0
+        self._max_batch_tokens = params.max_batch_tokens
+        self._max_num_sequences = params.max_num_sequences
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add_request(self, seq: S) -> None:
+        """Queue a new sequence behind the waiting ones (raises ValueError if its prompt cannot fit)."""
+        seq.limit_to_context(self.params.context_length)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_requests(self, seqs: list[S], now: float) -> bool:
+        """Queue the choices of one request arriving at ``now``, or refuse them all.
+
+        With ``max_waiting_requests`` set, they are refused (status REJECTED, False returned) when
+        they would take the waiting queue past the limit: the API answers 503, as vLLM does past
+        its queue limits. Judged against the queue at the request's arrival on the simulated
+        timeline, so a replica's capacity never depends on the host it runs on.
+        """
+        limit = self.params.max_waiting_requests
+        if limit is not None and len(self.waiting) + len(seqs) > limit:
+            for seq in seqs:
+                seq.status = SequenceStatus.REJECTED
+                seq.finished_time = now
+            return False
+        for seq in seqs:
+            self.add_request(seq)
+        return True
+
+    def abort(self, seq: S, now: float) -> bool:
+        """End ``seq`` wherever it is and free its blocks at once; False if it had already ended."""
+        status = seq.status
+        if status >= _FINISHED:
+            return False
+        if status is _RUNNING:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+        seq.status = _ABORTED
+        seq.finished_time = now
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- one step -------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> SchedulerOutput[S]:
+        """Decide the next step, which starts at ``now``; advances computed tokens at once (as vLLM)."""
+        out: SchedulerOutput[S] = SchedulerOutput(self.num_steps)
+        self.num_steps += 1
+        budget = self._schedule_running(out, self._max_batch_tokens)
+        # vLLM admits nothing in a step that preempted: the freed room is for the survivors.
+        if not out.preempted:
+            budget = self._schedule_waiting(out, budget, now)
+        return self._make_output(out, budget)
+
+    def _schedule_running(self, out: SchedulerOutput[S], budget: int) -> int:
+        running = self.running
+        kv = self.kv
+        i = 0
+        # Once per running sequence per step: keep the body to attribute reads and one call.
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = seq.num_prompt_tokens + seq.num_output_tokens - seq.num_computed_tokens
+            assert n > 0, "a running sequence always has a token to compute"
+            if n > budget:
+                n = budget
+            while not kv.allocate_slots(seq, n):
+                victim = running.pop()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    return budget
+            self._take(out, seq, n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput[S], budget: int, now: float) -> int:
+        waiting = self.waiting
+        running = self.running
+        kv = self.kv
+        while waiting and budget > 0 and len(running) < self._max_num_sequences:
+            seq = waiting[0]
+            total = seq.num_tokens
+            reserve = self.watermark_blocks if running else 0
+            if kv.blocks_for(total) + reserve > kv.num_free:
+                break
+            n = total if total < budget else budget
+            allocated = kv.allocate_slots(seq, n)
+            assert allocated, "the whole sequence fits, so its first chunk does"
+            waiting.popleft()
+            running.append(seq)
+            seq.status = _RUNNING
+            if seq.scheduled_time is None:
+                seq.scheduled_time = now
+            self._take(out, seq, n)
+            budget -= n
+        return budget
+
+    def _take(self, out: SchedulerOutput[S], seq: S, n: int) -> None:
+        """Put ``n`` of ``seq``'s tokens in the batch."""
+        computed = seq.num_computed_tokens
+        # Decode: everything but the latest released token is computed; that token is the one.
+        # (A resumed sequence whose recompute ends with a 1-token chunk counts as a decode too:
+        # the GPU does the same work.)
+        if seq.num_output_tokens and computed + 1 == seq.num_tokens:
+            out.num_decode_tokens += 1
+        else:
+            out.num_prefill_tokens += n
+        computed += n
+        seq.num_computed_tokens = computed
+        out.num_context_tokens += computed
+        out.scheduled.append(seq)
+
+    def _preempt(self, seq: S) -> None:
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = _PREEMPTED
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _make_output(self, out: SchedulerOutput[S], budget: int) -> SchedulerOutput[S]:
+        # Cheap invariants, every step: a simulator's cheapest bug detector.
+        assert budget >= 0, "token budget overspent"
+        assert out.num_tokens == self._max_batch_tokens - budget, "token accounting is off"
+        assert len(self.running) <= self._max_num_sequences, "too many running sequences"
+        assert not self.has_work() or out.scheduled, "work pending but nothing scheduled"
+        self.kv.check()
+        out.kv_used_blocks = self.kv.num_used
+        return out
+
+    def update_from_output(self, out: SchedulerOutput[S], now: float) -> StepResult[S]:
+        """Advance the sequences of a step that ended at ``now``: release tokens, finish sequences."""
+        result: StepResult[S] = StepResult()
+        released = result.released
+        finished = result.finished
+        # Once per scheduled sequence per step; the only allocation per token is the time stamp.
+        for seq in out.scheduled:
+            if seq.status is not _RUNNING:
+                continue  # aborted while the step ran
+            if seq.num_computed_tokens < seq.num_prompt_tokens + seq.num_output_tokens:
+                continue  # a prefill chunk that did not reach the end
+            if seq.num_output_tokens < seq.max_output_tokens:
+                seq.num_output_tokens += 1
+                seq.token_times.append(now)
+                if seq.first_token_time is None:
+                    seq.first_token_time = now
+                released.append(seq)
+            if seq.num_output_tokens >= seq.max_output_tokens:
+                self.kv.free(seq)
+                seq.status = _FINISHED
+                seq.finished_time = now
+                finished.append(seq)
+        if finished:
+            # One pass instead of list.remove per finished sequence.
+            self.running = [s for s in self.running if s.status is _RUNNING]
+        self.kv.check()
+        return result
+
+    def step_stats(self, out: SchedulerOutput[S], start: float, duration: float, lag: float = 0.0) -> StepStats:
+        """The step's record for observers: running, waiting and KV use as of the end of the step
+        (after finished sequences freed their blocks), like vLLM's scheduler stats."""
+        return StepStats(
+            index=out.index,
+            start=start,
+            duration=duration,
+            batch_size=len(out.scheduled),
+            num_prefill_tokens=out.num_prefill_tokens,
+            num_decode_tokens=out.num_decode_tokens,
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_used_blocks=self.kv.num_used,
+            kv_total_blocks=self.kv.num_blocks,
+            num_preemptions=len(out.preempted),
+            lag=lag,
+        )

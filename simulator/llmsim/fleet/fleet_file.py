@@ -1,0 +1,122 @@
+"""The fleet file: which replicas, how many, behind which router (YAML, checked like models.yml).
+
+    version: 1
+    router:
+      policy: weighted            # round-robin | random | least-requests | least-kv | prefix-affinity | weighted
+      scrape_interval_ms: 50      # how old the router's view of each replica may be; 0: live
+      weights: {queue: 2, kv_cache: 2, prefix: 3}   # weighted only (the inference extension's default)
+      seed: 0
+    replicas:
+      - {model: llama-3.1-8b, count: 4}             # a model of --config's models.yml (or the embedded one)
+      - {model: llama-a100, count: 2, name: a100}   # name: the group's label (default: the model)
+
+A broken file is one line naming the file, the entry and the field, as for models.yml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmsim.config import ModelsConfig
+from llmsim.errors import ConfigError, entry_label, from_validation_error, parse_yaml
+from llmsim.fleet.spec import FleetSpec, ReplicaGroup, RouterPolicy, RouterSpec, ScorerWeights
+from llmsim.runtime import scheduler_params
+
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WeightsSection(_Section):
+    queue: NonNegative = 2.0
+    kv_cache: NonNegative = 2.0
+    prefix: NonNegative = 3.0
+
+
+class RouterSection(_Section):
+    policy: RouterPolicy = "least-requests"
+    # The endpoint picker's default metrics refresh (--refresh-metrics-interval).
+    scrape_interval_ms: NonNegative = 50.0
+    weights: WeightsSection | None = None
+    seed: int = 0
+
+
+class ReplicaEntry(_Section):
+    model: Annotated[str, Field(min_length=1)]
+    count: Annotated[int, Field(ge=1)] = 1
+    name: Annotated[str, Field(min_length=1)] | None = None
+
+
+class FleetFile(_Section):
+    version: Literal[1] = 1
+    router: RouterSection = RouterSection()
+    replicas: Annotated[list[ReplicaEntry], Field(min_length=1)]
+
+
+def parse_fleet(text: str, file: str, models: ModelsConfig, models_file: str) -> FleetSpec:
+    """A fleet from the YAML ``text`` of ``file``, its models from ``models`` (read from ``models_file``).
+
+    Raises ConfigError.
+    """
+    raw = parse_yaml(text, file)
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "expected a mapping with a 'replicas' list at the top level")
+    try:
+        parsed = FleetFile.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(file, exc, FleetFile, raw, {"replicas": "model", "router": None}) from None
+    router = parsed.router
+    if router.weights is not None and router.policy != "weighted":
+        raise ConfigError(
+            file, f"apply to policy 'weighted' only, not '{router.policy}'", entry="router", field="weights"
+        )
+    known = [m.name for m in models.models]
+    groups: list[ReplicaGroup] = []
+    for i, entry in enumerate(parsed.replicas):
+        label = entry_label("replicas", i, "model", entry.model)
+        if entry.model not in known:
+            raise ConfigError(
+                file,
+                f"no model '{entry.model}' in {models_file} (models: {', '.join(known)})",
+                entry=label,
+                field="model",
+            )
+        engine = models.model(entry.model).engine
+        if engine != "scheduler":
+            raise ConfigError(
+                file,
+                f"model '{entry.model}' uses engine '{engine}'; a fleet needs 'scheduler'",
+                entry=label,
+                field="model",
+            )
+        name = entry.name or entry.model
+        if any(g.name == name for g in groups):
+            raise ConfigError(
+                file, f"two replica groups are named '{name}' (give one a distinct 'name')", entry=label, field="name"
+            )
+        groups.append(ReplicaGroup(name, entry.model, scheduler_params(models, entry.model, models_file), entry.count))
+    weights = router.weights or WeightsSection()
+    spec = RouterSpec(
+        policy=router.policy,
+        scrape_interval=router.scrape_interval_ms / 1000.0,
+        weights=ScorerWeights(weights.queue, weights.kv_cache, weights.prefix),
+        seed=router.seed,
+    )
+    return FleetSpec(tuple(groups), spec)
+
+
+def load_fleet(path: str | Path, models: ModelsConfig, models_file: str) -> FleetSpec:
+    """Read and check a fleet file. Raises ConfigError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(p), f"not UTF-8 text (byte {exc.start})") from None
+    return parse_fleet(text, str(p), models, models_file)

@@ -1,0 +1,293 @@
+"""The fleet in virtual time: replicas, a router and the clients, as one event loop with no clock.
+
+Events are step ends (a heap of each busy replica's deadline), request sends (a heap of the times
+known so far) and client aborts. One instant ``T`` is handled in this order, which is
+``simulate()``'s order for one replica:
+
+1. every step ending at ``T`` releases its tokens; requests that ended free their client's
+   concurrency slot and release the turn that follows them;
+2. requests sent at ``T`` are routed (the router reads each replica's last scrape) and join the
+   chosen replica's inbox; clients leaving at ``T`` abort;
+3. every replica that ended a step at ``T``, or was idle and got a request, admits its inbox and
+   starts its next step at ``T``.
+
+Idle replicas cost nothing: only busy replicas are in the step heap, so the work per simulated
+step does not grow with the fleet's size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from operator import sub
+
+from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
+from llmsim.fleet.replica import Replica
+from llmsim.fleet.router import build_router
+from llmsim.fleet.spec import FleetSpec
+from llmsim.fleet.workload import FleetRequest, FleetWorkload
+from llmsim.types import FinishReason, RequestId
+
+_INF = math.inf
+
+
+def make_sequence(index: int, request: FleetRequest, arrival: float) -> Sequence:
+    """The scheduler's view of request ``index`` sent at ``arrival``.
+
+    NOTE: the one place a fleet request becomes a scheduler sequence: when the scheduler gains a
+    prefix cache, hand it ``request.prompt.token_ids()`` here.
+    """
+    return Sequence(RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens)
+
+
+def check_fits(fleet: FleetSpec, workload: FleetWorkload) -> None:
+    """Refuse a workload with a prompt some replica could never hold (vLLM answers 400 to it)."""
+    if not workload.requests:
+        return
+    longest = max(range(len(workload.requests)), key=lambda i: workload.requests[i].prompt_tokens)
+    tokens = max(1, workload.requests[longest].prompt_tokens)
+    for group in fleet.groups:
+        if group.count and tokens > group.params.context_length:
+            raise ValueError(
+                f"request {longest}: prompt of {tokens} tokens exceeds the context length of "
+                f"{group.params.context_length} of replica group '{group.name}'"
+            )
+
+
+class FleetSimulation:
+    """One run of a workload through a fleet; build it, call :meth:`run` once."""
+
+    def __init__(self, fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False) -> None:
+        check_fits(fleet, workload)
+        self.fleet = fleet
+        self.workload = workload
+        self.keep_token_times = keep_token_times
+        rng = random.Random(f"llmsim-fleet/{fleet.router.seed}")
+        interval = fleet.router.scrape_interval
+        size = fleet.num_replicas
+        self.replicas: list[Replica] = []
+        self.groups: list[tuple[str, str]] = []
+        for group in fleet.groups:
+            for k in range(group.count):
+                # One collector per pod, each on its own ticker: replica i is first scraped at
+                # i/N of an interval, so the fleet's view is never refreshed all at once.
+                index = len(self.replicas)
+                phase = interval * index / size
+                self.replicas.append(Replica(index, f"{group.name}/{k}", group.params, interval, phase))
+                self.groups.append((group.name, group.model))
+        self.router = build_router(fleet.router, self.replicas, rng)
+        requests = workload.requests
+        n = len(requests)
+        self.seqs: list[Sequence | None] = [None] * n
+        self.replica_of = [-1] * n
+        self.outcomes: list[RequestOutcome | None] = [None] * n
+        self.followers: dict[int, list[int]] = {}
+        # (time, index): requests whose send time is known.
+        self.ready: list[tuple[float, int]] = []
+        for i, r in enumerate(requests):
+            if r.follows is None:
+                self.ready.append((r.arrival, i))
+            else:
+                self.followers.setdefault(r.follows, []).append(i)
+        heapq.heapify(self.ready)
+        # (time, index): clients leaving (at the arrival, if abort_at is earlier).
+        self.aborts = [(max(r.abort_at, r.arrival), i) for i, r in enumerate(requests) if r.abort_at is not None]
+        heapq.heapify(self.aborts)
+        self.limit = workload.max_concurrency
+        self.in_flight = 0
+        # Requests whose time has come, waiting for a free concurrency slot (in send order).
+        self.blocked: deque[int] = deque()
+        self.steps: list[tuple[float, int]] = []
+        self.starting: list[Replica] = []
+        self.end = 0.0
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> FleetResult:
+        steps = self.steps
+        ready = self.ready
+        aborts = self.aborts
+        replicas = self.replicas
+        starting = self.starting
+        ended: list[Sequence] = []
+        while True:
+            now = steps[0][0] if steps else _INF
+            if ready and ready[0][0] < now:
+                now = ready[0][0]
+            if aborts and aborts[0][0] < now:
+                now = aborts[0][0]
+            if now == _INF:
+                break
+            # 1. Steps ending now.
+            while steps and steps[0][0] <= now:
+                replica = replicas[heapq.heappop(steps)[1]]
+                replica.finish_step(now, ended)
+                replica.starting = True
+                starting.append(replica)
+                self.end = now
+            if ended:
+                self._ended(ended, now)
+            # 2. Sends and aborts now.
+            self._sends_and_aborts(now, ended)
+            # 3. Step starts now (refusals at admission may free slots and send more).
+            k = 0
+            while k < len(starting):
+                replica = starting[k]
+                k += 1
+                deadline = replica.start_step(now, ended)
+                if deadline is not None:
+                    heapq.heappush(steps, (deadline, replica.index))
+                if ended:
+                    self._ended(ended, now)
+                    self._sends_and_aborts(now, ended)
+            starting.clear()
+        return self._result()
+
+    def _sends_and_aborts(self, now: float, ended: list[Sequence]) -> None:
+        ready = self.ready
+        aborts = self.aborts
+        while (ready and ready[0][0] <= now) or (aborts and aborts[0][0] <= now):
+            while ready and ready[0][0] <= now:
+                i = heapq.heappop(ready)[1]
+                if self.outcomes[i] is not None:
+                    continue  # its client left before it was sent
+                if self.limit is not None and self.in_flight >= self.limit:
+                    self.blocked.append(i)
+                else:
+                    self._send(i, now)
+            while aborts and aborts[0][0] <= now:
+                self._abort(heapq.heappop(aborts)[1], now, ended)
+            if ended:
+                self._ended(ended, now)
+
+    def _send(self, i: int, now: float) -> None:
+        request = self.workload.requests[i]
+        seq = make_sequence(i, request, now)
+        self.seqs[i] = seq
+        self.in_flight += 1
+        router = self.router
+        if router.reads_state:
+            for replica in self.replicas:
+                replica.observe(now)
+        replica = self.replicas[router.pick(request.prompt)]
+        self.replica_of[i] = replica.index
+        replica.route(seq, now)
+        if not replica.busy and not replica.starting:
+            replica.starting = True
+            self.starting.append(replica)
+
+    def _abort(self, i: int, now: float, ended: list[Sequence]) -> None:
+        seq = self.seqs[i]
+        if seq is None:
+            # Not sent yet (waiting for a slot, or for the request it follows): never will be.
+            if self.outcomes[i] is None:
+                if i in self.blocked:
+                    self.blocked.remove(i)
+                self._record_unsent(i, now)
+            return
+        if self.replicas[self.replica_of[i]].abort(seq, now):
+            ended.append(seq)
+
+    def _ended(self, ended: list[Sequence], now: float) -> None:
+        """Record requests that ended at ``now``; free their slots and release what follows them."""
+        for seq in ended:
+            i = int(seq.request_id)
+            self._record(i, seq)
+            self.in_flight -= 1
+            self._release_followers(i, now)
+            if self.blocked and (self.limit is None or self.in_flight < self.limit):
+                self._send(self.blocked.popleft(), now)
+        ended.clear()
+
+    def _release_followers(self, i: int, now: float) -> None:
+        for j in self.followers.get(i, ()):
+            heapq.heappush(self.ready, (now + self.workload.requests[j].arrival, j))
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _record(self, i: int, seq: Sequence) -> None:
+        request = self.workload.requests[i]
+        replica = self.replicas[self.replica_of[i]]
+        times = seq.token_times
+        n = len(times)
+        if n > 1:
+            replica.itl_gaps.update(map(sub, times[1:], times[:-1]))
+        stats = seq.to_stats()
+        rejected = seq.status is SequenceStatus.REJECTED
+        self.outcomes[i] = RequestOutcome(
+            index=i,
+            replica=replica.index,
+            arrival=seq.arrival,
+            prompt_tokens=request.prompt_tokens,
+            output_tokens=seq.num_output_tokens,
+            finish_reason=FinishReason.ABORT if rejected else stats.finish_reason,
+            ttft=stats.ttft,
+            e2e=stats.e2e,
+            queue_time=stats.queue_time,
+            num_preemptions=seq.num_preemptions,
+            tpot=(times[-1] - times[0]) / (n - 1) if n > 1 else None,
+            prefix_hit_tokens=0 if rejected else replica.prefix_hit_tokens(seq),
+            rejected=rejected,
+            adapter=request.adapter,
+            token_times=tuple(times) if self.keep_token_times else (),
+        )
+        if not self.keep_token_times:
+            seq.token_times = []  # ended: the scheduler never reads it again
+
+    def _record_unsent(self, i: int, now: float) -> None:
+        request = self.workload.requests[i]
+        self.outcomes[i] = RequestOutcome(
+            index=i,
+            replica=-1,
+            arrival=now,
+            prompt_tokens=request.prompt_tokens,
+            output_tokens=0,
+            finish_reason=FinishReason.ABORT,
+            ttft=None,
+            e2e=0.0,
+            queue_time=0.0,
+            num_preemptions=0,
+            tpot=None,
+            adapter=request.adapter,
+        )
+        # Its turn never comes, but the conversation's client moves on.
+        self._release_followers(i, now)
+
+    def _result(self) -> FleetResult:
+        outcomes = self.outcomes
+        assert all(o is not None for o in outcomes), "a request neither ended nor was abandoned"
+        reports = [
+            ReplicaReport(
+                name=rep.name,
+                group=group,
+                model=model,
+                num_routed=rep.num_routed,
+                num_steps=rep.num_steps,
+                busy_time=rep.busy_time,
+                batch_total=rep.batch_total,
+                num_preemptions=rep.num_preemptions,
+                kv_total_blocks=rep.scheduler.kv.num_blocks,
+                kv_peak_used_blocks=rep.kv_peak_blocks,
+                itl_gaps=rep.itl_gaps,
+            )
+            for rep, (group, model) in zip(self.replicas, self.groups, strict=True)
+        ]
+        return FleetResult([o for o in outcomes if o is not None], reports, self.end)
+
+
+def simulate_fleet(fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: bool = False) -> FleetResult:
+    """Run ``workload`` through ``fleet`` in virtual time.
+
+    Parameters
+    ----------
+    fleet:
+        Replica groups and router.
+    workload:
+        The requests, how they are sent and the client-side concurrency limit.
+    keep_token_times:
+        Keep every token's release time in the outcomes (memory grows with the tokens; tests).
+    """
+    return FleetSimulation(fleet, workload, keep_token_times=keep_token_times).run()

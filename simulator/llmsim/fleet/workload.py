@@ -1,0 +1,198 @@
+"""What a fleet is asked to serve: requests, when each is sent, and the shapes gateway tests use.
+
+A request is sent either at an absolute ``arrival`` (open loop: a trace, Poisson, constant rate,
+bursts) or ``arrival`` seconds after the request it ``follows`` has ended (the next turn of a
+conversation, after the user read the answer). ``max_concurrency`` caps the requests in flight
+on the client side, as ``vllm bench serve --max-concurrency`` does: a request whose time has come
+waits for a free slot and is sent when one frees, so ``max_concurrency=C`` with every arrival at
+0 is a closed loop of C clients.
+
+Everything here is seeded: the same arguments give the same workload in every process.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals
+from llmsim.fleet.prompt import Prompt, Segment
+
+ArrivalPattern = Literal["poisson", "constant", "bursts"]
+ARRIVAL_PATTERNS: tuple[ArrivalPattern, ...] = ("poisson", "constant", "bursts")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRequest:
+    """One request of a fleet workload."""
+
+    prompt: Prompt
+    output_tokens: int
+    # Seconds on the simulated timeline; with ``follows``, seconds after that request ended.
+    arrival: float = 0.0
+    # Index of the request whose end releases this one (an earlier index), or None.
+    follows: int | None = None
+    # When the client goes away (absolute seconds); only for requests with an absolute arrival.
+    abort_at: float | None = None
+    # LoRA adapter named by the request: carried to the results, not simulated (the scheduler
+    # models one set of weights).
+    adapter: str | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.prompt.num_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class FleetWorkload:
+    """Requests in index order, and the client-side concurrency limit (None: open loop)."""
+
+    requests: tuple[FleetRequest, ...]
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        for i, r in enumerate(self.requests):
+            if r.output_tokens < 0:
+                raise ValueError(f"request {i}: output_tokens must be >= 0")
+            if not math.isfinite(r.arrival) or (r.follows is not None and r.arrival < 0):
+                raise ValueError(f"request {i}: arrival must be finite (and >= 0 after the request it follows)")
+            if r.follows is not None:
+                if not 0 <= r.follows < i:
+                    raise ValueError(f"request {i}: follows must name an earlier request, got {r.follows}")
+                if r.abort_at is not None:
+                    raise ValueError(f"request {i}: abort_at needs an absolute arrival (not follows)")
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+def from_items(items: Sequence[WorkloadItem]) -> FleetWorkload:
+    """The single-replica workload format (token counts only) as a fleet workload."""
+    return FleetWorkload(
+        tuple(
+            FleetRequest(
+                Prompt.unique(f"request:{i}", it.prompt_tokens), it.output_tokens, it.arrival, None, it.abort_at
+            )
+            for i, it in enumerate(items)
+        )
+    )
+
+
+def closed_loop(concurrency: int, num_requests: int, prompt_tokens: int, output_tokens: int) -> FleetWorkload:
+    """``concurrency`` clients sending ``num_requests`` requests back to back (``vllm bench serve
+    --max-concurrency C --request-rate inf``): every prompt distinct, so no prefix is shared."""
+    if num_requests < 0:
+        raise ValueError(f"num_requests must be >= 0, got {num_requests}")
+    return FleetWorkload(
+        tuple(FleetRequest(Prompt.unique(f"request:{i}", prompt_tokens), output_tokens) for i in range(num_requests)),
+        max_concurrency=concurrency,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadShape:
+    """A generated open-loop workload.
+
+    ``rate`` counts conversations when ``turns`` > 1 (each then sends ``turns`` requests).
+    """
+
+    rate: float
+    duration: float
+    # Each request's own text (the user message of each turn), after any system prompt.
+    prompt_tokens: int
+    output_tokens: int
+    arrivals: ArrivalPattern = "poisson"
+    # Requests sent at the same instant in each burst (arrivals "bursts"); bursts are
+    # ``burst_size / rate`` seconds apart, so the mean rate is ``rate``.
+    burst_size: int = 1
+    # A system prompt every request starts with, one of ``system_prompts`` (chosen at random
+    # per conversation): the shared prefix a prefix-aware router exploits.
+    system_prompt_tokens: int = 0
+    system_prompts: int = 1
+    # Turns per conversation: turn k's prompt is the system prompt, every earlier turn's user
+    # message and answer, and its own message; it is sent ``think_time`` seconds after turn
+    # k-1's answer ended.
+    turns: int = 1
+    think_time: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0 or not math.isfinite(self.rate):
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+        if self.duration < 0:
+            raise ValueError(f"duration must be >= 0, got {self.duration}")
+        checks = {
+            "prompt_tokens": self.prompt_tokens >= 0,
+            "output_tokens": self.output_tokens >= 0,
+            "burst_size": self.burst_size >= 1,
+            "system_prompt_tokens": self.system_prompt_tokens >= 0,
+            "system_prompts": self.system_prompts >= 1,
+            "turns": self.turns >= 1,
+            "think_time": self.think_time >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"{name} is out of range: {getattr(self, name)}")
+        if self.arrivals not in ARRIVAL_PATTERNS:
+            raise ValueError(f"arrivals must be one of {', '.join(ARRIVAL_PATTERNS)}, got '{self.arrivals}'")
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt the shape makes (the last turn of a conversation)."""
+        return self.system_prompt_tokens + self.turns * self.prompt_tokens + (self.turns - 1) * self.output_tokens
+
+    def with_rate(self, rate: float) -> WorkloadShape:
+        return WorkloadShape(
+            rate,
+            self.duration,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.arrivals,
+            self.burst_size,
+            self.system_prompt_tokens,
+            self.system_prompts,
+            self.turns,
+            self.think_time,
+            self.seed,
+        )
+
+
+def arrival_times(shape: WorkloadShape) -> list[float]:
+    """Start times of the shape's conversations (of its requests when ``turns`` is 1)."""
+    if shape.arrivals == "poisson":
+        return poisson_arrivals(shape.rate, shape.duration, shape.seed)
+    if shape.arrivals == "constant":
+        return [k / shape.rate for k in range(math.ceil(shape.duration * shape.rate))]
+    gap = shape.burst_size / shape.rate
+    times: list[float] = []
+    for k in range(math.ceil(shape.duration / gap)):
+        times.extend([k * gap] * shape.burst_size)
+    return times
+
+
+def generate(shape: WorkloadShape) -> FleetWorkload:
+    """The requests of ``shape``, conversation by conversation (each turn after the one it follows)."""
+    # A separate stream for the system prompt choice, so adding system prompts keeps the arrivals.
+    pick = random.Random(f"llmsim-fleet-system-prompt/{shape.seed}")
+    requests: list[FleetRequest] = []
+    for c, start in enumerate(arrival_times(shape)):
+        history: list[Segment] = []
+        if shape.system_prompt_tokens:
+            group = pick.randrange(shape.system_prompts)
+            history.append(Segment(f"system:{group}", shape.system_prompt_tokens))
+        previous: int | None = None
+        for turn in range(shape.turns):
+            history.append(Segment(f"user:{c}.{turn}", shape.prompt_tokens))
+            prompt = Prompt(tuple(history))
+            if previous is None:
+                requests.append(FleetRequest(prompt, shape.output_tokens, start))
+            else:
+                requests.append(FleetRequest(prompt, shape.output_tokens, shape.think_time, follows=previous))
+            previous = len(requests) - 1
+            history.append(Segment(f"answer:{c}.{turn}", shape.output_tokens))
+    return FleetWorkload(tuple(requests))

@@ -1,0 +1,95 @@
+"""Slow and stalled readers never stall the server or grow its memory without bound (real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import running_server
+
+pytestmark = pytest.mark.integration
+
+STREAMS = 50
+# Every token is due at once on the instant engine: without backpressure the whole response
+# (32,000 chunks, ≈ 6 MB) is encoded in one event-loop turn and buffered per connection.
+MAX_TOKENS = 32_000
+# Per stalled connection the server may hold the transport's high-water mark (64 KiB), one batch
+# of chunks and its plan (32,000 token references); 50 of them stay far below this. Before the
+# fix the same run grew the server by ≈ 313 MB.
+RSS_GROWTH_BOUND = 64 * 2**20
+HEALTH_BOUND_S = 0.050
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def stalled_stream(port: int) -> asyncio.StreamWriter:
+    """Send one streamed request and never read the answer (small receive window)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    _, writer = await asyncio.open_connection(sock=sock)
+    body = json.dumps(
+        {
+            "model": "instant-model",
+            "prompt": "hi",
+            "max_tokens": MAX_TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    await writer.drain()
+    return writer
+
+
+async def health_latencies(client: httpx.AsyncClient, seconds: float) -> list[float]:
+    out: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        r = await client.get("/health")
+        out.append(time.perf_counter() - t)
+        assert r.status_code == 200
+        await asyncio.sleep(0.01)
+    return out
+
+
+def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Path) -> None:
+    async def scenario(server_port: int, base_url: str, pid: int) -> tuple[int, int, list[float], int]:
+        # The probe's connection is open (keep-alive) before the storm, as a health checker's is.
+        async with httpx.AsyncClient(base_url=base_url, timeout=10) as probe:
+            await probe.get("/health")
+            before = rss_bytes(pid)
+            writers = [await stalled_stream(server_port) for _ in range(STREAMS)]
+            latencies = await health_latencies(probe, 3.0)
+            during = rss_bytes(pid)
+            # A normal request still gets its whole answer while the 50 others are stalled.
+            r = await probe.post(
+                "/v1/completions",
+                json={"model": "instant-model", "prompt": "hi", "max_tokens": 200, "ignore_eos": True},
+            )
+            completed = r.json()["usage"]["completion_tokens"]
+        for writer in writers:
+            writer.close()
+        return before, during, latencies, completed
+
+    with running_server(tmp_path) as server:
+        before, during, latencies, completed = asyncio.run(scenario(server.port, server.base_url, server.process.pid))
+    assert completed == 200
+    assert max(latencies) < HEALTH_BOUND_S, f"/health took up to {max(latencies) * 1000:.1f} ms"
+    assert during - before < RSS_GROWTH_BOUND, f"RSS grew {(during - before) / 2**20:.1f} MiB"
