@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+import llmsim_capacity
 from llmsim.errors import entry_label
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -45,7 +46,7 @@ class HardwareProfile(_Section):
 
 class Weights(_Section):
     parameters_billions: PositiveFloat
-    bytes_per_parameter: PositiveFloat = 2.0
+    bytes_per_parameter: PositiveFloat = llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER
 
     @property
     def bytes(self) -> float:
@@ -55,8 +56,8 @@ class Weights(_Section):
 class KVCache(_Section):
     # layers x kv_heads x head_dim x 2 (K and V) x dtype bytes
     bytes_per_token: PositiveInt
-    block_size: PositiveInt = 16
-    gpu_memory_utilization: Fraction = 0.9
+    block_size: PositiveInt = llmsim_capacity.DEFAULT_BLOCK_SIZE
+    gpu_memory_utilization: Fraction = llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION
     # Fraction of blocks kept free when admitting (vLLM V1 default 0.0; V0 used 0.01).
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
     # Reuse full blocks across requests (vLLM V1's default: on).
@@ -192,7 +193,7 @@ class ModelConfig(_Section):
     # Name of a built-in model profile (weights, kv_cache, context_length); explicit fields win.
     profile: str | None = None
     hardware: str | None = None
-    context_length: PositiveInt = 32768
+    context_length: PositiveInt = llmsim_capacity.DEFAULT_CONTEXT_LENGTH
     # "regex" (built in) or {path: tokenizer.json, chat_template: chatml | llama-3}.
     tokenizer: Literal["regex"] | TokenizerFile = "regex"
     weights: Weights | None = None

@@ -5,8 +5,9 @@ Units are SI throughout: bytes, bytes/s, FLOP/s, seconds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+import llmsim_capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,33 +128,23 @@ def default_limits(gpu: GpuSpec) -> tuple[int, int]:
 
 
 def num_kv_blocks(params: SchedulerParams) -> int:
-    """KV blocks left after the weights: floor((HBM x utilisation - weights) / bytes per block).
+    """KV blocks left after the weights (the formula lives in llmsim_capacity, shared with the operator).
 
     This is vLLM's ``num_gpu_blocks``; block 0 of them is the null block, so requests can use one
-    fewer. Raises ValueError when the weights leave no room for the null block and one more.
+    fewer. Raises ValueError (:class:`llmsim_capacity.CapacityError`) when the weights leave no room
+    for the null block and one more.
     """
-    usable = params.gpu.hbm_bytes * params.gpu_memory_utilization - params.model.weight_bytes
-    block_bytes = params.model.kv_bytes_per_token * params.block_size
-    blocks = math.floor(usable / block_bytes)
-    if blocks <= 1:
-        raise ValueError(
-            f"the weights ({params.model.weight_bytes / 1e9:.2f} GB) leave no room for the KV cache in "
-            f"{params.gpu_memory_utilization:g} x {params.gpu.hbm_bytes / 2**30:g} GiB of HBM "
-            f"(one block of {params.block_size} tokens needs {block_bytes} B)"
-        )
-    return blocks
+    return llmsim_capacity.num_kv_blocks(
+        hbm_bytes=params.gpu.hbm_bytes,
+        gpu_memory_utilization=params.gpu_memory_utilization,
+        weight_bytes=params.model.weight_bytes,
+        kv_bytes_per_token=params.model.kv_bytes_per_token,
+        block_size=params.block_size,
+    )
 
 
 def check_context_fits(params: SchedulerParams, num_blocks: int) -> None:
-    """Refuse a cache that cannot hold one request of the full context length (as vLLM does at startup).
-
-    Without this a lone sequence could outgrow the whole cache and never be scheduled again. The
-    null block is not counted: requests can use ``num_blocks - 1`` blocks.
-    """
-    capacity = (num_blocks - 1) * params.block_size
-    if params.context_length > capacity:
-        raise ValueError(
-            f"context_length {params.context_length} does not fit in the KV cache ({num_blocks} blocks of "
-            f"{params.block_size}, one of them vLLM's null block = {capacity} usable tokens); "
-            "raise gpu_memory_utilization or lower context_length"
-        )
+    """Refuse a cache that cannot hold one request of the full context length, null block excluded (as vLLM does)."""
+    llmsim_capacity.check_context_fits(
+        num_blocks=num_blocks, block_size=params.block_size, context_length=params.context_length
+    )
