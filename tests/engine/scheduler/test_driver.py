@@ -435,6 +435,7 @@ async def test_stop_interrupts_a_paced_stream_too() -> None:
         await task
 
 
+@pytest.mark.looptime
 async def test_an_attached_sink_takes_each_token_at_its_release_and_refusals_are_queued() -> None:
     engine, clock = await started(seed_params(), Recorder())
     arrival = clock.now()
