@@ -24,6 +24,7 @@ _CHUNK = (
 )
 _DONE = b"data: [DONE]\n\n"
 _HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+_JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def make_app(itl: float) -> Any:
@@ -46,14 +47,26 @@ def make_app(itl: float) -> Any:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        n = int(json.loads(body).get("max_tokens") or 16)
+        request = json.loads(body)
+        n = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
+        # Clients that calibrate their prompts (llmsim bench) read usage: words plus a template's 7.
+        words = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+        usage = {"prompt_tokens": words + 7, "completion_tokens": n, "total_tokens": words + 7 + n}
+        if not request.get("stream"):
+            answer = json.dumps({"choices": [{"index": 0, "message": {"content": ""}}], "usage": usage}).encode()
+            await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
+            await send({"type": "http.response.body", "body": answer})
+            return
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         start = time.monotonic()
         for i in range(n):
             delay = start + (i + 1) * itl - time.monotonic()
             await asyncio.sleep(delay if delay > 0 else 0)
             await send({"type": "http.response.body", "body": _CHUNK, "more_body": True})
-        await send({"type": "http.response.body", "body": _DONE, "more_body": False})
+        tail = _DONE
+        if (request.get("stream_options") or {}).get("include_usage"):
+            tail = b'data: {"choices":[],"usage":' + json.dumps(usage).encode() + b"}\n\n" + _DONE
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     return app
 
