@@ -33,6 +33,7 @@ from llmsim.api.errors import (
     validation_failed,
 )
 from llmsim.api.faults import FAULT_HEADER, Fault
+from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import (
     ChatCompletionRequest,
@@ -61,7 +62,7 @@ def _state(request: Request) -> ApiState:
 
 
 def _arrival(request: Request, state: ApiState) -> float:
-    arrival = request.scope.get("llmsim.arrival")
+    arrival = request.scope.get(ARRIVAL_KEY)
     return float(arrival) if arrival is not None else state.clock.now()
 
 
