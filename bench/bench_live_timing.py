@@ -156,12 +156,12 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
         "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for level, row in rows.items():
+    for streams, row in rows.items():
         m = row["median"]
-        goal = 1.0 + 0.02 * float(level)
+        goal = 1.0 + 0.02 * float(streams)
         for name in m["ratio_to_floor"]:
             print(
-                f"| {level} | {name} | {m[name]['tokens_per_s']:,.0f} | {m[name]['cpu_us_per_token']:.1f} | "
+                f"| {streams} | {name} | {m[name]['tokens_per_s']:,.0f} | {m[name]['cpu_us_per_token']:.1f} | "
                 f"{m['floor']['cpu_us_per_token']:.1f} | {m['ratio_to_floor'][name]:.2f}x | {m[name]['lag_p50_ms']:.2f} ms | "
                 f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms |"
             )
