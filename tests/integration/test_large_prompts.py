@@ -17,8 +17,10 @@ pytestmark = pytest.mark.integration
 
 # Prose of about 3.5 MiB: just under the default body limit, ~800,000 tokens (past any context).
 PROMPT = "The quick brown fox jumps over the lazy dog, again and again. " * 58_000
-# Before the fix a 20 MB prompt held /health for 1.8 s, a 1 MB one for ~180 ms.
-HEALTH_BOUND_S = 0.050
+# Before the fix a 20 MB prompt held /health for 1.8 s, a 1 MB one for ~180 ms. Measured by the probe
+# (its own scheduling included, on 2 shared cores): nearly every answer within 50 ms, none past 100 ms.
+HEALTH_P90_BOUND_S = 0.050
+HEALTH_MAX_BOUND_S = 0.100
 
 
 async def probe(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
@@ -59,4 +61,7 @@ def test_a_huge_prompt_does_not_stall_the_others(tmp_path: Path) -> None:
     tokens = 14 * 58_000 + 1 + 4 + 3
     assert f"your prompt contains {tokens} input tokens" in big.json()["error"]["message"]
     assert too_big.status_code == 413
-    assert max(latencies) < HEALTH_BOUND_S, f"/health took up to {max(latencies) * 1000:.1f} ms"
+    ordered = sorted(latencies)
+    p90 = ordered[int(0.9 * (len(ordered) - 1))]
+    assert p90 < HEALTH_P90_BOUND_S, f"/health p90 {p90 * 1000:.1f} ms"
+    assert ordered[-1] < HEALTH_MAX_BOUND_S, f"/health took up to {ordered[-1] * 1000:.1f} ms"
