@@ -133,7 +133,7 @@ def format_calibration(name: str, base: ModelConfig, c: Calibration) -> str:
             error = point.error(metric)
             if measured is None or error is None:
                 continue
-            used = m.fit and metric in c.metrics
+            used = m.fits(metric) and metric in c.metrics
             lead = f"{m.label:<36}{m.load:>14}{m.prompt_tokens:>8.0f}{m.output_tokens:>8.0f}" if first else " " * 66
             note = "" if used else "  not fitted" + (f": {m.note}" if m.note else "")
             lines.append(
@@ -161,6 +161,7 @@ def calibration_json(name: str, c: Calibration, entry: dict[str, Any]) -> dict[s
                 "prompt_tokens": p.measurement.prompt_tokens,
                 "output_tokens": p.measurement.output_tokens,
                 "fit": p.measurement.fit,
+                "fit_metrics": list(p.measurement.fit_metrics),
                 "note": p.measurement.note,
                 "measured": {m: p.measurement.measured(m) for m in METRICS},
                 "fitted": {m: p.prediction.value(m) for m in METRICS},
