@@ -143,7 +143,7 @@ def dataset_entry(sweep: dict[str, Any], result: dict[str, Any]) -> dict[str, An
         "vllm": str(sweep["vllm"]),
         "source": sweep["source"],
         "data": f"tests/calibration/data/{sweep['data']}",
-        "fit": f"{fitted_values} p50 values, RMS relative error {result['rms_error']:.2%}",
+        "fit": f"{fitted_values} p50 value{'s' * (fitted_values != 1)}, RMS relative error {result['rms_error']:.2%}",
     }
 
 

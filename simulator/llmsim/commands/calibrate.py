@@ -119,9 +119,9 @@ def format_calibration(name: str, base: ModelConfig, c: Calibration) -> str:
     lines = [
         f"llmsim calibrate: {name} ({base.profile or 'custom model'} on {base.hardware}), {len(c.points)} points"
         f" ({fitted} fitted) on p50 {', '.join(m.upper() for m in c.metrics)}, {c.evaluations} replays",
-        f"{'knob':<28}{'start':>9}{'fitted':>10}",
+        f"{'knob':<38}{'start':>9}{'fitted':>10}",
     ]
-    lines += [f"{k.name:<28}{k.start:>9.4g}{k.value:>10.4g}   {k.status}" for k in c.knobs]
+    lines += [f"{k.name:<38}{k.start:>9.4g}{k.value:>10.4g}   {k.status}" for k in c.knobs]
     lines.append(
         f"{'point':<36}{'load':>14}{'prompt':>8}{'output':>8}{'metric':>8}{'measured':>10}{'fitted':>9}{'error':>9}   (ms)"
     )
