@@ -241,9 +241,21 @@ _TOKENIZER = _obj(
 )
 
 _LATENCY = _obj(
-    "Fixed costs. stepOverheadMs applies to the scheduler engine; the others define the fixed engine's timeline.",
+    "Fixed costs. stepOverheadMs, stepOverheadPerSequenceMs and requestOverheadMs apply to the scheduler engine "
+    "(default: llmsim's calibration of the model profile on the hardware profile, fitted to published vLLM runs; "
+    "else 0); the others define the fixed engine's timeline.",
     {
         "stepOverheadMs": {"type": "number", "minimum": 0, "description": "Cost added to every scheduler step (ms)."},
+        "stepOverheadPerSequenceMs": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Cost added to a scheduler step for each sequence in its batch (ms).",
+        },
+        "requestOverheadMs": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Time from a request's arrival to the scheduler (HTTP, chat template, tokenization) (ms).",
+        },
         "ttftOverheadMs": {"type": "number", "minimum": 0, "description": "Fixed engine: TTFT before prefill (ms)."},
         "prefillTokensPerSecond": _positive("Fixed engine: prompt tokens processed per second (adds to TTFT)."),
         "itlMs": {"type": "number", "minimum": 0, "description": "Fixed engine: time between output tokens (ms)."},
@@ -251,10 +263,12 @@ _LATENCY = _obj(
 )
 
 _EFFICIENCY = _obj(
-    "Achieved fraction of the GPU's peak (calibration knobs of the roofline cost model).",
+    "Achieved fraction of the GPU's peak (calibration knobs of the roofline cost model). Default: llmsim's "
+    "calibration of the model profile on the hardware profile (a built-in GPU named without explicit figures), "
+    "fitted to published vLLM runs; else 1.",
     {
-        "compute": _fraction("Fraction of peak TFLOPS achieved (default 1)."),
-        "memory": _fraction("Fraction of peak memory bandwidth achieved (default 1)."),
+        "compute": _fraction("Fraction of peak TFLOPS achieved."),
+        "memory": _fraction("Fraction of peak memory bandwidth achieved."),
     },
 )
 

@@ -37,6 +37,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
         max_num_sequences=draw(st.integers(1, 6)),
         watermark=draw(st.sampled_from([0.0, 0.1, 0.3])),
         max_waiting_requests=draw(st.none() | st.integers(1, 4)),
+        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
     )
     items = []
     for _ in range(draw(st.integers(0, 14))):

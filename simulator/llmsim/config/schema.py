@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 import llmsim_capacity
 from llmsim.errors import entry_label
@@ -77,6 +77,12 @@ class SchedulerSection(_Section):
 class Latency(_Section):
     # scheduler engine: fixed cost added to every step (kernel launches, sampling, ...).
     step_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
+    # scheduler engine: added to a step for every sequence in its batch (scheduling, sampling,
+    # output processing: per-sequence costs the roofline leaves out).
+    step_overhead_per_sequence_ms: Annotated[float, Field(ge=0)] = 0.0
+    # scheduler engine: time from a request's arrival until the scheduler sees it (vLLM's API
+    # server: HTTP, chat template, tokenization, the hand-off to the engine core).
+    request_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
     # fixed engine: TTFT = ttft_overhead_ms + prompt_tokens / prefill_tokens_per_second.
     ttft_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
     prefill_tokens_per_second: PositiveFloat | None = None
@@ -219,6 +225,15 @@ class ModelsConfig(_Section):
     hardware: dict[str, HardwareProfile] = {}
     # Names are unique (the loader checks: a check across entries has no field of its own).
     models: Annotated[list[ModelConfig], Field(min_length=1)]
+    # Set by the loader: where each scheduler model's timing knobs came from (not a models.yml field).
+    _timing_sources: dict[str, dict[str, str]] = PrivateAttr(default_factory=dict)
+
+    def timing_sources(self, name: str) -> dict[str, str]:
+        """Where each timing knob of model ``name`` came from: "the file", calibration data, or a default.
+
+        Empty for a model without the scheduler engine (it has no step cost), or one built in code.
+        """
+        return dict(self._timing_sources.get(name, {}))
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:

@@ -21,7 +21,7 @@ import math
 from collections import Counter
 
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff
+from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import Prompt
 
@@ -154,11 +154,13 @@ class Replica:
     def busy(self) -> bool:
         return self.in_flight is not None
 
-    def route(self, seq: Sequence, now: float) -> None:
-        """A request routed here at ``now``: it waits for the next step start."""
+    def route(self, seq: Sequence, now: float) -> float:
+        """A request routed here at ``now``: it waits for the next step start at or after the
+        time it reaches the scheduler, which this returns (see ``scheduler.ready_time``)."""
         self._before_change(now)
         self.inbox.append(seq)
         self.num_routed += 1
+        return ready_time(self.scheduler.params, now)
 
     def start_step(self, now: float, ended: list[Sequence]) -> float | None:
         """Admit the inbox and start a step at ``now``; its deadline, or None if there is nothing to run.
@@ -174,7 +176,7 @@ class Replica:
             cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
             later: list[Sequence] = []
             for seq in self.inbox:
-                if seq.arrival > cutoff:
+                if ready_time(sched.params, seq.arrival) > cutoff:
                     later.append(seq)
                 elif not sched.add_requests([seq], now):
                     ended.append(seq)

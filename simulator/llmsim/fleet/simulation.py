@@ -101,6 +101,9 @@ class FleetSimulation:
         # Requests whose time has come, waiting for a free concurrency slot (in send order).
         self.blocked: deque[int] = deque()
         self.steps: list[tuple[float, int]] = []
+        # (time, replica index): a routed request reaches that replica's scheduler (after the
+        # API server's per-request work), so an idle replica must start a step then.
+        self.wakeups: list[tuple[float, int]] = []
         self.starting: list[Replica] = []
         self.end = 0.0
 
@@ -112,6 +115,7 @@ class FleetSimulation:
         aborts = self.aborts
         replicas = self.replicas
         starting = self.starting
+        wakeups = self.wakeups
         ended: list[Sequence] = []
         while True:
             now = steps[0][0] if steps else _INF
@@ -119,6 +123,8 @@ class FleetSimulation:
                 now = ready[0][0]
             if aborts and aborts[0][0] < now:
                 now = aborts[0][0]
+            if wakeups and wakeups[0][0] < now:
+                now = wakeups[0][0]
             if now == _INF:
                 break
             # 1. Steps ending now.
@@ -132,6 +138,8 @@ class FleetSimulation:
                 self._ended(ended, now)
             # 2. Sends and aborts now.
             self._sends_and_aborts(now, ended)
+            while wakeups and wakeups[0][0] <= now:
+                self._wake(replicas[heapq.heappop(wakeups)[1]])
             # 3. Step starts now (refusals at admission may free slots and send more).
             k = 0
             while k < len(starting):
@@ -174,7 +182,14 @@ class FleetSimulation:
                 replica.observe(now)
         replica = self.replicas[router.pick(request.prompt)]
         self.replica_of[i] = replica.index
-        replica.route(seq, now)
+        ready = replica.route(seq, now)
+        if ready > now:
+            heapq.heappush(self.wakeups, (ready, replica.index))
+        else:
+            self._wake(replica)
+
+    def _wake(self, replica: Replica) -> None:
+        """An idle replica with a request at its scheduler starts a step now (a busy one at its next)."""
         if not replica.busy and not replica.starting:
             replica.starting = True
             self.starting.append(replica)

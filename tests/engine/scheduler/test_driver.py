@@ -88,9 +88,12 @@ SHARED = tuple(range(1000, 1700))
 
 @pytest.mark.looptime
 @pytest.mark.parametrize("async_scheduling", [False, True])
-async def test_concurrent_clients_see_the_virtual_time_timeline(async_scheduling: bool) -> None:
+@pytest.mark.parametrize("request_overhead", [0.0, 0.0047])
+async def test_concurrent_clients_see_the_virtual_time_timeline(
+    async_scheduling: bool, request_overhead: float
+) -> None:
     # The driver and simulate() share the core: for the same arrivals, the same token times,
-    # prefix-cache hits and admission rules (sync or async scheduling) included.
+    # prefix-cache hits and admission rules (sync or async scheduling, a request overhead) included.
     # Arrivals are whole milliseconds, away from the (irrational) step boundaries.
     workload = [
         WorkloadItem(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
@@ -101,7 +104,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(async_scheduling
         WorkloadItem(1.520, 700, 3, prompt_token_ids=SHARED),
     ]
     rec = Recorder()
-    params = seed_params(async_scheduling=async_scheduling)
+    params = seed_params(async_scheduling=async_scheduling, request_overhead_s=request_overhead)
     engine, clock = await started(params, rec)
 
     async def client(i: int, item: WorkloadItem) -> list[float]:

@@ -42,7 +42,7 @@ from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
 
@@ -342,7 +342,8 @@ class SchedulerEngine(Engine):
         limit = self._params.max_waiting_requests
         loop = asyncio.get_running_loop()
         admission = _Admission(streams, loop.create_future() if limit is not None else None)
-        heapq.heappush(self._inbox, (arrival, self._submitted, admission))
+        # Keyed by when the request reaches the scheduler (its arrival plus the API server's work).
+        heapq.heappush(self._inbox, (ready_time(self._params, arrival), self._submitted, admission))
         self._submitted += 1
         self._num_inbox += len(streams)
         self._live.update(streams)

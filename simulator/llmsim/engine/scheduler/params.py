@@ -71,6 +71,12 @@ class SchedulerParams:
     max_waiting_requests: int | None = None
     # Fixed cost added to every step (kernel launches, sampling, scheduling).
     step_overhead_s: float = 0.0
+    # Added to a step for every sequence it schedules (per-sequence work beyond the roofline).
+    step_overhead_per_sequence_s: float = 0.0
+    # Time from a request's arrival to its reaching the scheduler: vLLM's API server parses the
+    # HTTP body, renders the chat template, tokenizes and hands the request to the engine core
+    # over ZMQ before the scheduler can see it (see scheduler.ready_time).
+    request_overhead_s: float = 0.0
     # Achieved fractions of peak FLOP/s and of peak bandwidth.
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
@@ -108,6 +114,10 @@ class SchedulerParams:
                 raise ValueError(f"{name} must be in (0, 1], got {frac}")
         if self.step_overhead_s < 0:
             raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
+        if self.step_overhead_per_sequence_s < 0:
+            raise ValueError(f"step_overhead_per_sequence_s must be >= 0, got {self.step_overhead_per_sequence_s}")
+        if self.request_overhead_s < 0:
+            raise ValueError(f"request_overhead_s must be >= 0, got {self.request_overhead_s}")
         if self.gpu.memory_bandwidth <= 0 or self.gpu.peak_flops <= 0:
             raise ValueError("GPU bandwidth and peak FLOP/s must be > 0")
         if self.model.kv_bytes_per_token < 1:
