@@ -16,7 +16,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LLMSIM_HOST=0.0.0.0 \
     LLMSIM_PORT=8000
-# 65532: the conventional "nonroot" uid/gid; the operator's pods run as it too.
+# 65532: the conventional "nonroot" uid/gid, which the operator's manifests also set as runAsUser. It gets
+# a passwd entry: a uid without one breaks getpass.getuser() (kopf crashed on it) and anything else
+# that asks who it runs as.
+RUN groupadd --gid 65532 nonroot \
+ && useradd --no-log-init -K UID_MAX=65535 --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nonroot
 USER 65532:65532
 EXPOSE 8000
 ENTRYPOINT ["llmsim", "serve"]

@@ -50,9 +50,11 @@ unit: $(VENV)/.installed-dev
 envtest:
 	@hack/envtest-assets.sh
 
-# Against a real cluster (e2e/kind-up.sh makes one with Docker and kind): not part of `make test`.
-e2e: $(VENV)/.installed-dev
-	E2E=1 $(BIN)/pytest e2e $(PYTEST_ARGS)
+# The product on a real cluster: the one KUBECONFIG reaches, else kind (with Docker), else this
+# machine's local Kubernetes from the shared k8s scripts. Images from our Dockerfiles, the operator
+# from `llmsim-operator manifests`, a LiteLLM gateway and a Prometheus; see e2e/run.sh and docs/operator.md.
+e2e: $(VENV)/.installed-dev system-deps
+	e2e/run.sh $(PYTEST_ARGS)
 
 # Every benchmark, then the experiments E1-E8 (about 10 minutes; figures in bench/results/).
 bench: $(VENV)/.installed-dev

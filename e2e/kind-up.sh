@@ -1,35 +1,27 @@
 #!/usr/bin/env bash
-# Create a kind cluster, build and load the simulator and operator images, install the CRD and
-# the operator, and wait until it runs. Then:  E2E=1 pytest e2e   (KUBECONFIG from kind).
+# With Docker and kind: create a kind cluster (once), build both images and load them into it.
+# e2e/run.sh (make e2e) calls it when no cluster is reachable and Docker and kind are there; it then
+# installs the operator with `llmsim-operator manifests` and runs the suite.
 #
-# Needs docker, kind and kubectl on PATH, and the project's venv (make .venv/.installed-dev).
-# Env: KIND_CLUSTER (llmsim-e2e), TAG (dev), KUBECTL (kubectl).
+# Needs docker (with a running engine), kind and kubectl on PATH.
+# Env: KIND_CLUSTER (llmsim-e2e), E2E_SIMULATOR_IMAGE (llmsim:e2e), E2E_OPERATOR_IMAGE (llmsim-operator:e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CLUSTER="${KIND_CLUSTER:-llmsim-e2e}"
-TAG="${TAG:-dev}"
-KUBECTL="${KUBECTL:-kubectl}"
-OPERATOR_CLI="${OPERATOR_CLI:-.venv/bin/llmsim-operator}"
+SIM_IMAGE="${E2E_SIMULATOR_IMAGE:-llmsim:e2e}"
+OP_IMAGE="${E2E_OPERATOR_IMAGE:-llmsim-operator:e2e}"
 
-for tool in docker kind "$KUBECTL"; do
+for tool in docker kind kubectl; do
     command -v "$tool" >/dev/null 2>&1 || { echo "kind-up: $tool not found on PATH" >&2; exit 1; }
 done
-[[ -x "$OPERATOR_CLI" ]] || OPERATOR_CLI="$(command -v llmsim-operator || true)"
-[[ -n "$OPERATOR_CLI" ]] || { echo "kind-up: llmsim-operator not found (run make .venv/.installed-dev)" >&2; exit 1; }
 
 if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     kind create cluster --name "$CLUSTER" --wait 120s
 fi
-"$KUBECTL" config use-context "kind-$CLUSTER" >/dev/null
-
-docker build -t "llmsim:$TAG" -f Dockerfile .
-docker build -t "llmsim-operator:$TAG" -f Dockerfile.operator .
-kind load docker-image --name "$CLUSTER" "llmsim:$TAG" "llmsim-operator:$TAG"
+kubectl config use-context "kind-$CLUSTER" >/dev/null
 
 # A non-"latest" tag keeps imagePullPolicy at IfNotPresent, so the loaded images are used.
-"$OPERATOR_CLI" manifests --image "llmsim-operator:$TAG" --simulator-image "llmsim:$TAG" |
-    "$KUBECTL" apply --server-side --force-conflicts -f -
-"$KUBECTL" wait --for condition=established --timeout=60s crd/llmsimulators.llmsim.io
-"$KUBECTL" -n llmsim-system rollout status deploy/llmsim-operator --timeout=180s
-echo "kind-up: ready. Run: E2E=1 .venv/bin/pytest e2e" >&2
+docker build -t "$SIM_IMAGE" -f Dockerfile .
+docker build -t "$OP_IMAGE" -f Dockerfile.operator .
+kind load docker-image --name "$CLUSTER" "$SIM_IMAGE" "$OP_IMAGE"

@@ -12,10 +12,20 @@
 #      (needs the internet; failures fall through);
 #   3. a build of Debian's `kubernetes` source package (1.20.2) with
 #      golang-1.19-go, cached in
-#      ${LLMSIM_CACHE_DIR:-$HOME/.cache/llmsim}/envtest/1.20.2-debian-r2/.
+#      ${LLMSIM_CACHE_DIR:-$HOME/.cache/llmsim}/envtest/1.20.2-debian-r2/;
+#      but when the local cluster's binaries (the shared k8s scripts' build of
+#      the same source, in ${K8S_BIN:-/tmp/k8s-bin}) are already there, copies of
+#      its kube-apiserver and kube-controller-manager instead.
+#
+# Kubernetes is built once per machine: when this script builds and the shared
+# k8s scripts exist (hack/k8s-scripts.sh finds them: `make e2e` will start the
+# local cluster), the same `go build` also makes kube-scheduler, kubelet and
+# kube-proxy and installs the cluster's five binaries into K8S_BIN, so
+# cluster-up.sh finds them and builds nothing.
 #
 # Usage: export KUBEBUILDER_ASSETS="$(hack/envtest-assets.sh)"
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 K8S_VERSION=1.20.2
 GO_PKG=golang-1.19-go
@@ -25,6 +35,9 @@ CACHE_ROOT="${LLMSIM_CACHE_DIR:-${HOME:-/root}/.cache/llmsim}"
 ASSETS_DIR="${CACHE_ROOT}/envtest/${K8S_VERSION}-debian-r2"
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 REQUIRED=(etcd kube-apiserver kube-controller-manager)
+# The local cluster's binaries (shared k8s scripts: cluster-up.sh checks these five in K8S_BIN).
+K8S_BIN="${K8S_BIN:-/tmp/k8s-bin}"
+CLUSTER_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
 die() {
@@ -73,6 +86,14 @@ if assets_ok "$ASSETS_DIR"; then
     emit "$ASSETS_DIR"
 fi
 
+# True when K8S_BIN holds the local cluster's kube-apiserver and kube-controller-manager, and they run.
+cluster_build_ok() {
+    local b
+    for b in kube-apiserver kube-controller-manager; do
+        [[ -x "$K8S_BIN/$b" ]] && "$K8S_BIN/$b" --version >/dev/null 2>&1 || return 1
+    done
+}
+
 mkdir -p "$ASSETS_DIR"
 # Serialise concurrent runs on the same cache.
 exec 9>"${ASSETS_DIR}/.lock"
@@ -82,6 +103,30 @@ if command -v flock >/dev/null 2>&1; then
     if assets_ok "$ASSETS_DIR"; then
         emit "$ASSETS_DIR"
     fi
+fi
+
+# The local cluster's build of the same source (with the same reflect2 fix): copy, don't build again.
+if [[ -x /usr/bin/etcd ]] && cluster_build_ok; then
+    log "reusing the local cluster's build in $K8S_BIN"
+    for b in kube-apiserver kube-controller-manager; do
+        install -m 0755 "$K8S_BIN/$b" "$ASSETS_DIR/$b.tmp"
+        mv -f "$ASSETS_DIR/$b.tmp" "$ASSETS_DIR/$b"
+    done
+    ln -sfn /usr/bin/etcd "$ASSETS_DIR/etcd"
+    assets_ok "$ASSETS_DIR" && emit "$ASSETS_DIR"
+    log "the copies do not run; building"
+fi
+
+# Build the cluster's binaries too when this machine will run the local cluster and lacks them.
+EXTRA_CMDS=()
+if [[ "${LLMSIM_ENVTEST_ONLY:-0}" != 1 ]] && "$HERE/k8s-scripts.sh" >/dev/null 2>&1; then
+    for b in "${CLUSTER_BINARIES[@]}"; do
+        if [[ ! -x "$K8S_BIN/$b" ]]; then
+            EXTRA_CMDS=(k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+            log "the shared k8s scripts are here and $K8S_BIN lacks $b: building the local cluster's binaries too"
+            break
+        fi
+    done
 fi
 
 START=$SECONDS
@@ -229,11 +274,11 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X ${prefix}${p}.buildDate=${build_date}"
     done
 done
-log "go build kube-apiserver kube-controller-manager kubectl (slow on 2 cores)"
+log "go build kube-apiserver kube-controller-manager kubectl ${EXTRA_CMDS[*]##*/} (slow on 2 cores)"
 go build -ldflags "$ldflags" -o "$WORK/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl >&2 || die "go build of the Kubernetes binaries failed"
+    k8s.io/kubernetes/cmd/kubectl "${EXTRA_CMDS[@]}" >&2 || die "go build of the Kubernetes binaries failed"
 cd /
 
 for b in kube-apiserver kube-controller-manager kubectl; do
@@ -241,6 +286,15 @@ for b in kube-apiserver kube-controller-manager kubectl; do
     mv -f "$ASSETS_DIR/$b.tmp" "$ASSETS_DIR/$b"
 done
 ln -sfn /usr/bin/etcd "$ASSETS_DIR/etcd"
+if ((${#EXTRA_CMDS[@]})); then
+    mkdir -p "$K8S_BIN"
+    for b in "${CLUSTER_BINARIES[@]}"; do
+        [[ -x "$K8S_BIN/$b" ]] && continue
+        install -m 0755 "$WORK/bin/$b" "$K8S_BIN/$b.tmp"
+        mv -f "$K8S_BIN/$b.tmp" "$K8S_BIN/$b"
+    done
+    log "installed the local cluster's binaries into $K8S_BIN (cluster-up.sh will not build them)"
+fi
 
 assets_ok "$ASSETS_DIR" || die "built binaries in $ASSETS_DIR do not run --version"
 for b in "${BINARIES[@]}"; do

@@ -2,13 +2,15 @@
 
 ``llmsim-operator crd`` prints it; a test checks that ``crds/llmsim.io_llmsimulators.yaml`` and the
 chart's copy equal it. The operator applies the schema's defaults itself (:mod:`.defaulting`) and
-re-checks the CEL rules (:mod:`.spec`), because kube-apiserver < 1.25 ignores ``x-kubernetes-validations``.
+re-checks the CEL rules (:mod:`.spec`), because kube-apiserver < 1.25 does not know
+``x-kubernetes-validations`` (``llmsim-operator crd --kube-version 1.24`` leaves them out).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import llmsim_capacity
 from llmsim_operator.conventions import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
 Schema = dict[str, Any]
@@ -35,6 +37,10 @@ RULE_HARDWARE = (
 RULE_RESPONSES = (
     "!(has(self.inline) && has(self.configMapRef))",
     "responses takes either inline or configMapRef, not both",
+)
+RULE_DISRUPTION_BUDGET = (
+    "!(has(self.maxUnavailable) && has(self.minAvailable))",
+    "podDisruptionBudget takes maxUnavailable or minAvailable, not both",
 )
 #: Fault kinds as CR fields (camelCase) -> models.yml's ``faults.rates`` keys.
 FAULT_RATES = {
@@ -89,6 +95,17 @@ def _string_map(description: str) -> Schema:
     return {"type": "object", "description": description, "additionalProperties": {"type": "string"}}
 
 
+def _int_or_percent(description: str) -> Schema:
+    """A count of pods or a percentage of them (IntOrString, as in a PodDisruptionBudget)."""
+    return {
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "minimum": 0,
+        "pattern": "^[0-9]+%$",
+        "description": description,
+    }
+
+
 def _quantities(description: str) -> Schema:
     quantity = {
         "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -106,9 +123,14 @@ _MODEL = _obj(
             "Built-in model profile (llmsim's model_profiles.yml), e.g. llama-3.1-8b, qwen2.5-7b, llama-2-7b."
         ),
         "parametersBillions": _positive("Parameter count in billions (sets the weights' size in HBM)."),
-        "bytesPerParameter": _positive("Bytes per weight: 2 for fp16/bf16, 1 for fp8 (default 2)."),
+        "bytesPerParameter": _positive(
+            f"Bytes per weight: 2 for fp16/bf16, 1 for fp8 (default {llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER:g})."
+        ),
         "kvBytesPerToken": _int("KV-cache bytes per token: layers x KV heads x head_dim x 2 (K and V) x dtype bytes."),
-        "contextLength": _int("Maximum context length in tokens (default: the profile's, else 32768)."),
+        "contextLength": _int(
+            "Maximum context length in tokens (default: the profile's, else "
+            f"{llmsim_capacity.DEFAULT_CONTEXT_LENGTH}). One request of this length must fit in the KV cache."
+        ),
     },
     required=["name"],
 )
@@ -133,9 +155,10 @@ _SCHEDULER = _obj(
         "maxBatchTokens": _int("Token budget of one step (max_num_batched_tokens; default by GPU size)."),
         "maxNumSequences": _int("Sequences running at once (max_num_seqs; default by GPU size)."),
         "maxWaitingRequests": _int("Waiting requests beyond this get HTTP 503 (default: unbounded)."),
-        "blockSize": _int("Tokens per KV-cache block.", default=16),
+        "blockSize": _int("Tokens per KV-cache block.", default=llmsim_capacity.DEFAULT_BLOCK_SIZE),
         "gpuMemoryUtilization": _fraction(
-            "Fraction of GPU memory for weights and KV cache (gpu_memory_utilization).", default=0.9
+            "Fraction of GPU memory for weights and KV cache (gpu_memory_utilization).",
+            default=llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
         ),
         "watermark": {
             "type": "number",
@@ -218,9 +241,21 @@ _TOKENIZER = _obj(
 )
 
 _LATENCY = _obj(
-    "Fixed costs. stepOverheadMs applies to the scheduler engine; the others define the fixed engine's timeline.",
+    "Fixed costs. stepOverheadMs, stepOverheadPerSequenceMs and requestOverheadMs apply to the scheduler engine "
+    "(default: llmsim's calibration of the model profile on the hardware profile, fitted to published vLLM runs; "
+    "else 0); the others define the fixed engine's timeline.",
     {
         "stepOverheadMs": {"type": "number", "minimum": 0, "description": "Cost added to every scheduler step (ms)."},
+        "stepOverheadPerSequenceMs": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Cost added to a scheduler step for each sequence in its batch (ms).",
+        },
+        "requestOverheadMs": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Time from a request's arrival to the scheduler (HTTP, chat template, tokenization) (ms).",
+        },
         "ttftOverheadMs": {"type": "number", "minimum": 0, "description": "Fixed engine: TTFT before prefill (ms)."},
         "prefillTokensPerSecond": _positive("Fixed engine: prompt tokens processed per second (adds to TTFT)."),
         "itlMs": {"type": "number", "minimum": 0, "description": "Fixed engine: time between output tokens (ms)."},
@@ -228,10 +263,12 @@ _LATENCY = _obj(
 )
 
 _EFFICIENCY = _obj(
-    "Achieved fraction of the GPU's peak (calibration knobs of the roofline cost model).",
+    "Achieved fraction of the GPU's peak (calibration knobs of the roofline cost model). Default: llmsim's "
+    "calibration of the model profile on the hardware profile (a built-in GPU named without explicit figures), "
+    "fitted to published vLLM runs; else 1.",
     {
-        "compute": _fraction("Fraction of peak TFLOPS achieved (default 1)."),
-        "memory": _fraction("Fraction of peak memory bandwidth achieved (default 1)."),
+        "compute": _fraction("Fraction of peak TFLOPS achieved."),
+        "memory": _fraction("Fraction of peak memory bandwidth achieved."),
     },
 )
 
@@ -356,6 +393,20 @@ _MONITORING = _obj(
     default={},
 )
 
+_DISRUPTION_BUDGET = _obj(
+    "A PodDisruptionBudget over the simulator pods, kept while the fleet has more than one replica (or an "
+    "external autoscaler sets them): a budget over a single pod would only block node drains.",
+    {
+        "enabled": _bool("Create the PodDisruptionBudget.", False),
+        "maxUnavailable": _int_or_percent(
+            "Pods that voluntary disruptions (drains, evictions) may take down at once, e.g. 1 or 25% (default 1)."
+        ),
+        "minAvailable": _int_or_percent("Pods that must stay up instead, e.g. 2 or 50% (excludes maxUnavailable)."),
+    },
+    default={},
+    **_rules(RULE_DISRUPTION_BUDGET),
+)
+
 _AUTOSCALING = _obj(
     "Who sets the Deployment's replicas. An HPA targeting this LLMSimulator's scale subresource needs nothing here.",
     {
@@ -415,6 +466,7 @@ SPEC_SCHEMA = _obj(
         "responses": _RESPONSES,
         "replicas": _int("Number of simulator pods (the scale subresource's spec path).", minimum=0, default=1),
         "autoscaling": _AUTOSCALING,
+        "podDisruptionBudget": _DISRUPTION_BUDGET,
         "image": _str("Simulator image (default: the operator's --simulator-image)."),
         "imagePullPolicy": _str("Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
         "resources": _obj(
@@ -492,8 +544,21 @@ ROOT_SCHEMA = _obj(
 )
 
 
-def custom_resource_definition() -> dict[str, Any]:
-    """The CRD manifest (apiextensions.k8s.io/v1), accepted by kube-apiserver 1.20 and later."""
+def without_cel_rules(schema: Any) -> Any:
+    """A copy of ``schema`` without ``x-kubernetes-validations`` (for API servers before 1.25)."""
+    if isinstance(schema, dict):
+        return {k: without_cel_rules(v) for k, v in schema.items() if k != "x-kubernetes-validations"}
+    if isinstance(schema, list):
+        return [without_cel_rules(v) for v in schema]
+    return schema
+
+
+def custom_resource_definition(*, cel: bool = True) -> dict[str, Any]:
+    """The CRD manifest (apiextensions.k8s.io/v1).
+
+    ``cel=False`` leaves out the CEL rules, which API servers before 1.25 do not know (1.20–1.22
+    refuse them under server-side apply); the operator re-checks each rule anyway.
+    """
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -517,7 +582,7 @@ def custom_resource_definition() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": ROOT_SCHEMA},
+                    "schema": {"openAPIV3Schema": ROOT_SCHEMA if cel else without_cel_rules(ROOT_SCHEMA)},
                     "subresources": {
                         "status": {},
                         "scale": {

@@ -6,6 +6,7 @@ the other options come from the CLI rather than from import-time globals.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 from typing import Any
@@ -14,11 +15,15 @@ import kopf
 
 from llmsim_operator import conventions as c
 from llmsim_operator.kube import ApiError, Kube, load_configuration
+from llmsim_operator.options import OperatorOptions
 from llmsim_operator.reconciler import Options, Outcome, ReconcileError, controller_name, reconcile, refresh_status
-from llmsim_operator.settings import OperatorOptions
 
 #: Retry delays after API failures: 5 s, 10 s, 20 s, ... capped at 5 minutes.
 _BACKOFF_BASE, _BACKOFF_CAP = 5.0, 300.0
+#: Seconds the readiness check may take (the pod's probe allows 5).
+_PROBE_TIMEOUT = 3.0
+#: memo key set once kopf has logged in (its watches need those credentials).
+_LOGGED_IN = "logged_in"
 
 
 def backoff(retry: int) -> float:
@@ -64,11 +69,30 @@ async def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
 def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
     """Register every handler of the operator into ``registry``."""
     reconcile_options = Options(image=options.simulator_image)
+    # Where the readiness check lists LLMSimulators: the served namespaces (when named plainly,
+    # so a namespace-scoped Role suffices), else the whole cluster.
+    plain = options.namespaces and not any(set(ns) & set("*?[]!") for ns in options.namespaces)
+    probed_namespaces: tuple[str | None, ...] = options.namespaces if plain else (None,)
     resource = (c.GROUP, c.VERSION, c.PLURAL)
 
     @kopf.on.login(id="login", registry=registry)
-    async def login(**_: Any) -> kopf.ConnectionInfo:
-        return await connection_info(options.kubeconfig)
+    async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+        info = await connection_info(options.kubeconfig)
+        memo[_LOGGED_IN] = True
+        return info
+
+    @kopf.on.probe(id="api", registry=registry)
+    async def api_ready(memo: kopf.Memo, **_: Any) -> str:
+        # Behind kopf's /healthz, the readiness probe: a failure here answers 500 and the pod is not Ready.
+        # PermanentError, not a plain exception: kopf would retry that one for a minute inside the probe.
+        if not memo.get(_LOGGED_IN):
+            raise kopf.PermanentError("kopf has not logged in to the API server yet")
+        try:
+            for namespace in probed_namespaces:
+                await asyncio.wait_for(memo["kube"].can_list(c.API_VERSION, c.KIND, namespace), _PROBE_TIMEOUT)
+        except (ApiError, TimeoutError) as exc:
+            raise kopf.PermanentError(f"cannot list {c.PLURAL}.{c.GROUP}: {exc or 'timeout'}") from None
+        return "ok"
 
     @kopf.on.startup(id="connect", registry=registry)
     async def connect(memo: kopf.Memo, **_: Any) -> None:

@@ -23,6 +23,7 @@ _PLURALS = {
     "Service": "services",
     "Deployment": "deployments",
     "ServiceMonitor": "servicemonitors",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     "LLMSimulator": "llmsimulators",
 }
 _REQUEST_TIMEOUT = 30.0
@@ -150,6 +151,19 @@ class Kube:
         if result is None:
             raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']} is gone")
         return result
+
+    async def can_list(self, api_version: str, kind: str, namespace: str | None = None) -> None:
+        """List one object of ``kind`` (in ``namespace``, or cluster-wide), as kopf's watch does.
+
+        Raises :class:`ApiError` when the API is not served or the credentials may not list it.
+        """
+        if namespace is not None:
+            path = object_path(api_version, kind, namespace)
+        else:
+            base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            path = f"{base}/{_PLURALS[kind]}"
+        if await self.request("GET", path, query=[("limit", "1")]) is None:
+            raise ApiError(404, f"{api_version} {_PLURALS[kind]} is not served")
 
     async def api_exists(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1)."""

@@ -27,6 +27,7 @@ RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], ...]
     (("",), ("services",), ("create", "patch"), "apply the Service"),
     (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch"), "apply; status from the watch"),
     (("monitoring.coreos.com",), ("servicemonitors",), ("get", "create", "patch", "delete"), "optional ServiceMonitor"),
+    (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch", "delete"), "optional PodDisruptionBudget"),
     (("", "events.k8s.io"), ("events",), ("create", "patch"), "kopf posts events"),
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), "kopf notices CRD changes"),
 )
@@ -85,10 +86,21 @@ def operator_deployment(namespace: str, image: str, simulator_image: str) -> Man
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                             ],
                             "ports": [{"name": "health", "containerPort": LIVENESS_PORT, "protocol": "TCP"}],
-                            "livenessProbe": {
+                            # Ready: kopf logged in and the API serves (and lets it list) LLMSimulators,
+                            # checked by the operator's probe handler behind kopf's /healthz.
+                            "readinessProbe": {
                                 "httpGet": {"path": "/healthz", "port": "health"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            # Alive: kopf's health server accepts connections (kopf exits when a core task
+                            # dies). Not /healthz: an API-server outage must not restart the operator.
+                            "livenessProbe": {
+                                "tcpSocket": {"port": "health"},
                                 "initialDelaySeconds": 10,
                                 "periodSeconds": 20,
+                                "failureThreshold": 3,
                             },
                             "resources": {
                                 "requests": {"cpu": "50m", "memory": "128Mi"},
@@ -114,10 +126,12 @@ def install_manifests(
     namespace: str = DEFAULT_NAMESPACE,
     image: str = c.DEFAULT_OPERATOR_IMAGE,
     simulator_image: str = c.DEFAULT_SIMULATOR_IMAGE,
+    *,
+    cel: bool = True,
 ) -> list[Manifest]:
-    """Everything ``kubectl apply -f`` needs, CRD first."""
+    """Everything ``kubectl apply -f`` needs, CRD first (without its CEL rules when ``cel`` is False)."""
     return [
-        custom_resource_definition(),
+        custom_resource_definition(cel=cel),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": _labels()}},
         {
             "apiVersion": "v1",

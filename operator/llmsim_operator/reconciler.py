@@ -24,6 +24,8 @@ from llmsim_operator.status import Reconciled, reconciled_status, with_deploymen
 logger = logging.getLogger(__name__)
 
 MONITORING_API = "monitoring.coreos.com/v1"
+#: PodDisruptionBudget: policy/v1 from Kubernetes 1.21, policy/v1beta1 (same fields we use) before.
+POLICY_APIS = ("policy/v1", "policy/v1beta1")
 _STATUS_ATTEMPTS = 5
 
 
@@ -92,6 +94,7 @@ async def reconcile(kube: KubeApi, body: Mapping[str, Any], options: Options) ->
         warning = await _sync_service_monitor(kube, sim, children.service_monitor, str(meta["uid"]))
         if warning:
             outcome.warnings.append(warning)
+        await _sync_pod_disruption_budget(kube, sim, children.pod_disruption_budget, str(meta["uid"]))
     except ApiError as exc:
         problem = ("ApplyFailed", str(exc))
         result = Reconciled(generation, c.selector_string(name), False, None, None, None, problem)
@@ -236,3 +239,16 @@ async def _sync_service_monitor(
     if existing is not None and is_owned(existing, owner_uid):
         await kube.delete(MONITORING_API, "ServiceMonitor", sim.namespace, sim.name, existing["metadata"]["uid"])
     return None
+
+
+async def _sync_pod_disruption_budget(
+    kube: KubeApi, sim: SimulatorSpec, manifest: Object | None, owner_uid: str
+) -> None:
+    """Apply the PodDisruptionBudget in the newest policy version served, or delete ours when not wanted."""
+    api_version = POLICY_APIS[0] if await kube.api_exists(POLICY_APIS[0], "poddisruptionbudgets") else POLICY_APIS[1]
+    if manifest is not None:
+        await kube.apply({**manifest, "apiVersion": api_version})
+        return
+    existing = await kube.get(api_version, "PodDisruptionBudget", sim.namespace, sim.name)
+    if existing is not None and is_owned(existing, owner_uid):
+        await kube.delete(api_version, "PodDisruptionBudget", sim.namespace, sim.name, existing["metadata"]["uid"])

@@ -42,6 +42,9 @@ class Children:
     service: Manifest
     # None: not wanted by the spec (whether the API exists is checked at apply time).
     service_monitor: Manifest | None
+    # None: not wanted, or the fleet has at most one replica. Rendered as policy/v1; the reconciler
+    # sends it as policy/v1beta1 to API servers before 1.21.
+    pod_disruption_budget: Manifest | None
     config_hash: str
 
 
@@ -100,8 +103,11 @@ def _container(sim: SimulatorSpec, image: str, with_responses: bool) -> dict[str
         "ports": [{"name": "http", "containerPort": c.CONTAINER_PORT, "protocol": "TCP"}],
         # Ready once the simulated model load is done (/health 503 until then, and while shutting down);
         # alive as long as the process answers (/ping), so a long startupSeconds never gets the pod killed.
+        # Liveness counts only once /ping first answers: a process starting slowly on a busy node
+        # (Python imports, config checks) gets up to two minutes instead of being killed mid-start.
+        "startupProbe": {**_probe("/ping"), "periodSeconds": 2, "failureThreshold": 60},
         "readinessProbe": {**_probe("/health"), "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**_probe("/ping"), "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": {**_probe("/ping"), "periodSeconds": 10, "failureThreshold": 3},
         "resources": sim.section("resources"),
         # Restricted Pod Security profile.
         "securityContext": {
@@ -220,6 +226,23 @@ def render_service_monitor(sim: SimulatorSpec, owner: Owner) -> Manifest | None:
     }
 
 
+def render_pod_disruption_budget(sim: SimulatorSpec, owner: Owner, replicas: int | None) -> Manifest | None:
+    """The PodDisruptionBudget, when enabled and the fleet has more than one replica (None: an autoscaler's)."""
+    budget = sim.section("podDisruptionBudget")
+    if not budget.get("enabled") or (replicas is not None and replicas <= 1):
+        return None
+    if "minAvailable" in budget:
+        limit = {"minAvailable": budget["minAvailable"]}
+    else:
+        limit = {"maxUnavailable": budget.get("maxUnavailable", 1)}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(sim, owner, sim.name),
+        "spec": {"selector": {"matchLabels": c.selector_labels(sim.name)}, **limit},
+    }
+
+
 def desired_replicas(sim: SimulatorSpec) -> int | None:
     """spec.replicas, or None when an external autoscaler owns the Deployment's replicas."""
     if sim.section("autoscaling").get("external"):
@@ -229,11 +252,13 @@ def desired_replicas(sim: SimulatorSpec) -> int | None:
 
 def render_children(sim: SimulatorSpec, owner: Owner, data: dict[str, str], image: str) -> Children:
     """Every child of one LLMSimulator; ``data`` is the ConfigMap data (see :func:`.simulator_config.config_data`)."""
+    replicas = desired_replicas(sim)
     return Children(
         config_map=render_config_map(sim, owner, data),
-        deployment=render_deployment(sim, owner, data, image, desired_replicas(sim)),
+        deployment=render_deployment(sim, owner, data, image, replicas),
         service=render_service(sim, owner),
         service_monitor=render_service_monitor(sim, owner),
+        pod_disruption_budget=render_pod_disruption_budget(sim, owner, replicas),
         config_hash=config_hash(data),
     )
 

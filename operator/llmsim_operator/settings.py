@@ -1,37 +1,16 @@
-"""How the operator runs: its options (from the CLI) and the kopf settings derived from them."""
+"""kopf settings, derived from the operator options (:mod:`.options`) at startup."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import kopf
 
 from llmsim_operator import conventions as c
+from llmsim_operator.options import OperatorOptions
 
 
-@dataclass(frozen=True, slots=True)
-class OperatorOptions:
-    """Options of ``llmsim-operator run``."""
-
-    # Namespaces to serve; empty with ``all_namespaces`` False is rejected by the CLI.
-    namespaces: tuple[str, ...] = ()
-    all_namespaces: bool = True
-    # kopf peering name, None for standalone (the default: one replica, no peering CRDs needed).
-    peering: str | None = None
-    # e.g. http://0.0.0.0:8080/healthz; None disables the liveness endpoint.
-    liveness: str | None = None
-    simulator_image: str = c.DEFAULT_SIMULATOR_IMAGE
-    # Seconds between drift checks (re-apply of every child, re-read of referenced ConfigMaps).
-    drift_interval: float = 60.0
-    # kubeconfig for the operator's own client; None: in-cluster, then $KUBECONFIG / ~/.kube/config.
-    kubeconfig: str | None = None
-    # Seconds before the API server closes a watch; the client gives up a bit later.
-    # An int: kopf sends it verbatim as timeoutSeconds, and "300.0" is a 400 Bad Request.
-    watch_server_timeout: int = 300
-
-
-def configure(settings: kopf.OperatorSettings, options: OperatorOptions, instance: str = "") -> None:
+def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
     """Apply the operator's conventions to kopf's settings (called at startup)."""
     # Own annotation prefix, so kopf's bookkeeping reads llmsim.io/* and never clashes with another kopf operator.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.PERSISTENCE_PREFIX)
@@ -46,8 +25,8 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions, instanc
     # Kubernetes events for what the handlers post and for warnings, not for every INFO log line.
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = c.MANAGED_BY
-    if instance:
-        settings.posting.reporting_instance = instance
+    if options.identity:
+        settings.posting.reporting_instance = options.identity
     settings.peering.standalone = options.peering is None
     if options.peering is not None:
         settings.peering.name = options.peering

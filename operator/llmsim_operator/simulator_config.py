@@ -41,6 +41,8 @@ _SCHEDULER = {
 _LORA = {"maxLoras": "max_loras", "maxCpuLoras": "max_cpu_loras", "loadMs": "load_ms"}
 _LATENCY = {
     "stepOverheadMs": "step_overhead_ms",
+    "stepOverheadPerSequenceMs": "step_overhead_per_sequence_ms",
+    "requestOverheadMs": "request_overhead_ms",
     "ttftOverheadMs": "ttft_overhead_ms",
     "prefillTokensPerSecond": "prefill_tokens_per_second",
     "itlMs": "itl_ms",

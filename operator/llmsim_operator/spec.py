@@ -2,22 +2,22 @@
 
 The API server enforces the OpenAPI schema, but clusters older than 1.25 ignore the CEL rules
 (``x-kubernetes-validations``); :func:`parse_spec` re-checks each of them, plus what only the
-operator can know (profile names, whether the weights fit), and raises :class:`InvalidSpec`.
+operator can know (profile names; whether the weights and one request of the full context fit in
+the KV cache, with the simulator's own rule from :mod:`llmsim_capacity`), and raises :class:`InvalidSpec`.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import llmsim_capacity
 from llmsim_operator import crd
 from llmsim_operator.defaulting import apply_defaults
 from llmsim_operator.profiles import Hardware, builtin_hardware, builtin_models
 
-GIB = 2**30
 #: Name of the models.yml hardware entry rendered from explicit figures.
 CUSTOM_HARDWARE = "custom"
 
@@ -42,6 +42,11 @@ class SimulatorSpec:
     custom_hardware: bool
     # KV-cache capacity, None when the model's size is unknown (fixed/instant engine without one).
     kv_cache_blocks: int | None
+    # max_model_len the pods run with: the spec's, else the profile's, else llmsim's default.
+    context_length: int
+    # Why llmsim would refuse to start this model (weights or one full-length request do not fit);
+    # None when it fits. Fatal for the scheduler engine, which simulates the cache.
+    capacity_problem: str | None
 
     @property
     def engine(self) -> str:
@@ -58,8 +63,8 @@ class SimulatorSpec:
         return value
 
 
-def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorSpec:
-    """Default, validate and resolve ``spec``. Raises :class:`InvalidSpec`."""
+def resolve_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorSpec:
+    """Default, validate and resolve ``spec``, without refusing a model that does not fit (see parse_spec)."""
     if not re.match(crd.NAME_PATTERN, name) or len(name) > crd.NAME_MAX_LENGTH:
         raise InvalidSpec(crd.RULE_NAME[1])
     full: dict[str, Any] = apply_defaults(crd.SPEC_SCHEMA, dict(spec))
@@ -68,6 +73,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorS
         raise InvalidSpec("model.name is required")
     _check_rules(full)
     hardware_name, hardware, custom = _resolve_hardware(full["hardware"])
+    blocks, context_length, problem = _capacity(full, hardware, hardware_name)
     return SimulatorSpec(
         name=name,
         namespace=namespace,
@@ -75,8 +81,18 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorS
         hardware_name=hardware_name,
         hardware=hardware,
         custom_hardware=custom,
-        kv_cache_blocks=_kv_cache_blocks(full, hardware, hardware_name),
+        kv_cache_blocks=blocks,
+        context_length=context_length,
+        capacity_problem=problem,
     )
+
+
+def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorSpec:
+    """Default, validate and resolve ``spec``. Raises :class:`InvalidSpec`, also for what llmsim would refuse at start."""
+    sim = resolve_spec(name, namespace, spec)
+    if sim.capacity_problem is not None and sim.engine == "scheduler":
+        raise InvalidSpec(sim.capacity_problem)
+    return sim
 
 
 def _check_rules(spec: dict[str, Any]) -> None:
@@ -92,6 +108,9 @@ def _check_rules(spec: dict[str, Any]) -> None:
     responses = spec["responses"]
     if "inline" in responses and "configMapRef" in responses:
         raise InvalidSpec(crd.RULE_RESPONSES[1])
+    budget = spec["podDisruptionBudget"]
+    if "maxUnavailable" in budget and "minAvailable" in budget:
+        raise InvalidSpec(crd.RULE_DISRUPTION_BUDGET[1])
     if "profile" in model and model["profile"] not in builtin_models():
         known = ", ".join(sorted(builtin_models()))
         raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")
@@ -118,22 +137,36 @@ def _resolve_hardware(hw: dict[str, Any]) -> tuple[str, Hardware, bool]:
     return CUSTOM_HARDWARE, merged, True
 
 
-def _kv_cache_blocks(spec: dict[str, Any], hw: Hardware, hardware_name: str) -> int | None:
-    """floor((HBM x utilisation - weights) / (KV bytes per token x block size)), as vLLM sizes its cache."""
+def _capacity(spec: dict[str, Any], hw: Hardware, hardware_name: str) -> tuple[int | None, int, str | None]:
+    """(KV-cache blocks, context length, why the model cannot run) with llmsim's own rules (llmsim_capacity).
+
+    Blocks are None when the model's size is unknown (fixed/instant engine without one); 0 when the
+    weights leave no room.
+    """
     model = spec["model"]
     profile = builtin_models().get(model.get("profile", ""))
+    context_length = int(
+        model.get("contextLength")
+        or (profile.context_length if profile else None)
+        or llmsim_capacity.DEFAULT_CONTEXT_LENGTH
+    )
     params = model.get("parametersBillions", profile.parameters_billions if profile else None)
-    bytes_per_param = model.get("bytesPerParameter", profile.bytes_per_parameter if profile else None) or 2.0
+    bytes_per_param = model.get("bytesPerParameter", profile.bytes_per_parameter if profile else None)
     kv_bytes = model.get("kvBytesPerToken", profile.kv_bytes_per_token if profile else None)
     if params is None or kv_bytes is None:
-        return None
+        return None, context_length, None
     sched = spec["scheduler"]
-    usable = hw.hbm_gib * GIB * float(sched["gpuMemoryUtilization"])
-    weights = float(params) * 1e9 * float(bytes_per_param)
-    blocks = math.floor((usable - weights) / (int(kv_bytes) * int(sched["blockSize"])))
-    if blocks < 1 and spec["engine"] == "scheduler":
-        raise InvalidSpec(
-            f"the weights ({weights / 1e9:.2f} GB) leave no room for a KV-cache block in "
-            f"{sched['gpuMemoryUtilization']:g} of {hw.hbm_gib:g} GiB ({hardware_name})"
+    block_size = int(sched["blockSize"])
+    blocks = 0
+    try:
+        blocks = llmsim_capacity.num_kv_blocks(
+            hbm_bytes=hw.hbm_gib * llmsim_capacity.GIB,
+            gpu_memory_utilization=float(sched["gpuMemoryUtilization"]),
+            weight_bytes=float(params) * 1e9 * float(bytes_per_param or llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER),
+            kv_bytes_per_token=int(kv_bytes),
+            block_size=block_size,
         )
-    return max(blocks, 0)
+        llmsim_capacity.check_context_fits(num_blocks=blocks, block_size=block_size, context_length=context_length)
+    except llmsim_capacity.CapacityError as exc:
+        return blocks, context_length, f"the model does not fit on {hardware_name}: {exc}"
+    return blocks, context_length, None

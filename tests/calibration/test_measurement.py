@@ -105,13 +105,15 @@ concurrency,rate,prompt_tokens,output_tokens,ttft_p50_ms,itl_p50_ms,tpot_p50_ms,
 1,,1024,128,80,13.3,,,,
 8,2.5,1024,128,,14,14.2,50,no,a note
 ,10,256,128,30,,,,yes,
+4,,50,128,22,,6.6,,TTFT + tpot,
+4,,50,128,22,,6.6,,tpot,clients out of step
 """
 
 
 def test_a_csv_table(tmp_path: Path) -> None:
     path = tmp_path / "sweep.csv"
     path.write_text(CSV)
-    a, b, c = load_measurements(path)
+    a, b, c, d, e = load_measurements(path)
     assert (a.label, a.concurrency, a.rate, a.num_requests, a.tpot_p50) == ("sweep.csv:1", 1, None, 20, None)
     assert (a.ttft_p50, a.itl_p50) == pytest.approx((0.08, 0.0133), rel=1e-12)
     assert default_num_requests(1, None) == 20
@@ -125,6 +127,15 @@ def test_a_csv_table(tmp_path: Path) -> None:
         "2.5 req/s c=8",
     )
     assert (c.concurrency, c.rate, c.num_requests, c.fit) == (None, 10.0, 200, True)
+    # ``fit`` may name the metrics to fit: the others are reported only.
+    assert [(m.fits("ttft"), m.fits("tpot")) for m in (a, b, c, d, e)] == [
+        (True, True),
+        (False, False),
+        (True, True),
+        (True, True),
+        (False, True),
+    ]
+    assert e.fit_metrics == ("tpot",)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +154,7 @@ def test_a_csv_table(tmp_path: Path) -> None:
         ("concurrency,output_tokens,ttft_p50_ms\n1,10,5\n", "field 'prompt_tokens': required column is missing"),
         (
             "concurrency,prompt_tokens,output_tokens,ttft_p50_ms,fit\n1,10,10,5,maybe\n",
-            "field 'fit': expected yes or no",
+            "field 'fit': expected yes, no or metrics joined by '+' (of ttft, itl, tpot), got 'maybe'",
         ),
         ("concurrency,prompt_tokens,output_tokens,ttft_p50_ms\n", "no measurements"),
     ],

@@ -22,7 +22,7 @@ models:
     hardware: h100-80gb
     context_length: 16384
     scheduler: {max_num_sequences: 64}
-    latency: {step_overhead_ms: 2.0}
+    latency: {step_overhead_ms: 2.0, step_overhead_per_sequence_ms: 0.0, request_overhead_ms: 3.0}
     efficiency: {compute: 0.6, memory: 0.8}
 """
 
@@ -60,7 +60,10 @@ def test_calibrate_recovers_the_knobs_and_writes_a_loadable_models_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "models.yml").write_text(MODELS)
-    files = write_bench_results(tmp_path, TimingKnobs(compute=0.5, memory=0.7, step_overhead_ms=1.1))
+    truth = TimingKnobs(
+        compute=0.5, memory=0.7, step_overhead_ms=1.1, step_overhead_per_sequence_ms=0.04, request_overhead_ms=6.0
+    )
+    files = write_bench_results(tmp_path, truth)
     out = tmp_path / "calibrated.yml"
     report = tmp_path / "fit.json"
     args = ["calibrate", "--config", str(tmp_path / "models.yml"), "--model", "h100", "--name", "h100-fitted"]
@@ -78,12 +81,14 @@ def test_calibrate_recovers_the_knobs_and_writes_a_loadable_models_file(
     assert model.efficiency.memory == pytest.approx(0.7, rel=0.01)
     assert model.latency is not None
     assert model.latency.step_overhead_ms == pytest.approx(1.1, rel=0.01)
+    assert model.latency.step_overhead_per_sequence_ms == pytest.approx(0.04, rel=0.01)
+    assert model.latency.request_overhead_ms == pytest.approx(6.0, rel=0.01)
     # Everything else is the base model's.
     assert model.scheduler is not None
     assert model.scheduler.max_num_sequences == 64
     assert model.context_length == 16384
     body = json.loads(report.read_text())
-    assert [k["status"] for k in body["knobs"]] == ["fitted"] * 3
+    assert [k["status"] for k in body["knobs"]] == ["fitted"] * 5
     assert body["rms_error"] < 1e-3
     assert all(abs(e) < 1e-3 for p in body["points"] for e in p["error"].values() if e is not None)
 

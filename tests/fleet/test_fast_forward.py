@@ -32,6 +32,7 @@ def replica_params(draw: st.DrawFn, context: int, block_size: int, num_blocks: i
         max_waiting_requests=draw(st.none() | st.integers(1, 4)),
         enable_prefix_caching=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
+        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
     )
 
 

@@ -53,6 +53,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
         max_waiting_requests=draw(st.none() | st.integers(1, 4)),
         enable_prefix_caching=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
+        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
     )
     system = [draw(st.integers(0, context)) for _ in range(3)]
     items: list[WorkloadItem] = []

@@ -6,11 +6,13 @@ import asyncio
 import itertools
 import statistics
 import time
+from importlib import resources
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+import yaml
 
 from tests.support.server import running_server
 
@@ -75,3 +77,48 @@ def test_observed_itl_matches_simulated_step_time(tmp_path: Path) -> None:
     assert expected * 0.8 < observed < expected * 1.5, (observed, expected)
     # KV capacity reported at startup: floor((24 GiB * 0.9 - 2 GB) / (12288 B * 16)).
     assert info["kv_cache_blocks"] == int((24 * 2**30 * 0.9 - WEIGHT_BYTES) // (KV_PER_TOKEN * 16))
+
+
+# A profile and a GPU, no timing: the server runs llmsim's calibration of llama-3.1-8b on an H100.
+CALIBRATED = """
+version: 1
+models:
+  - {name: llama, engine: scheduler, profile: llama-3.1-8b, hardware: h100-80gb, context_length: 4096}
+"""
+
+
+def test_a_profile_alone_serves_with_the_calibrated_request_overhead_and_step_cost(tmp_path: Path) -> None:
+    table = yaml.safe_load(resources.files("llmsim").joinpath("data", "calibrated_timing.yml").read_text())
+    knobs = table["pairs"]["h100-80gb"]["llama-3.1-8b"]
+
+    async def run(base_url: str) -> tuple[float, list[float], int]:
+        async with openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0) as client:
+            sent = time.monotonic()
+            stream = await client.chat.completions.create(
+                model="llama",
+                messages=[{"role": "user", "content": "hello there"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            times, prompt = [], 0
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    times.append(time.monotonic())
+                if chunk.usage is not None:
+                    prompt = chunk.usage.prompt_tokens
+            return sent, times, prompt
+
+    with running_server(tmp_path, config=CALIBRATED, responses=RESPONSES) as server:
+        sent, times, prompt = asyncio.run(run(server.base_url))
+    # Alone on the GPU, the request waits the request overhead, then one step prefills its prompt
+    # and releases the first token; every later step decodes one token. By hand from the table:
+    # a step reads the weights and the context's KV at bandwidth x memory, plus one sequence's cost.
+    bandwidth = 3350e9 * knobs["efficiency.memory"]
+    per_step = knobs["latency.step_overhead_ms"] / 1000 + knobs["latency.step_overhead_per_sequence_ms"] / 1000
+    prefill = (8.03e9 * 2 + 131072 * prompt) / bandwidth + per_step
+    ttft = knobs["latency.request_overhead_ms"] / 1000 + prefill
+    assert len(times) == 30
+    # Tokens never leave before their deadlines; the client's clock adds the HTTP round trip.
+    assert ttft <= times[0] - sent < ttft + 0.050, (times[0] - sent, ttft)
+    decode = (8.03e9 * 2 + 131072 * (prompt + 15)) / bandwidth + per_step
+    assert statistics.median(b - a for a, b in itertools.pairwise(times)) == pytest.approx(decode, rel=0.2)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmsim.llm.tokenizer import count, encode
+from llmsim.llm.tokenizer import SLICE_CHARS, TOKEN_PATTERN, count, encode, slices
 
 # Each expectation worked out by hand from the rules in tokenizer.py's docstring.
 EXAMPLES = [
@@ -69,3 +69,25 @@ def test_lossless_over_all_code_points(text: str) -> None:
 def test_lone_surrogate_is_one_token() -> None:
     # JSON bodies can carry "\ud800"; it must still tokenize losslessly.
     assert encode("a\ud800b") == ["a", "\ud800", "b"]
+
+
+# Text that has every kind of token and every kind of cut point, often.
+CUTTABLE = st.lists(st.sampled_from([*"ab Z 19 ,.!?'s\n\t_-中", "  ", "'ll", "x1y"]), max_size=200).map("".join)
+
+
+@given(CUTTABLE, st.integers(1, 12))
+def test_slices_cut_only_at_token_boundaries(text: str, size: int) -> None:
+    pieces = slices(text, size)
+    assert "".join(pieces) == text
+    assert [token for piece in pieces for token in TOKEN_PATTERN.findall(piece)] == TOKEN_PATTERN.findall(text)
+
+
+def test_a_long_text_is_cut_into_bounded_slices_and_counted_the_same() -> None:
+    text = "The quick brown fox jumps over 1234 lazy dogs, again and again. " * 20_000  # 1.3 M chars
+    pieces = slices(text)
+    assert len(pieces) > 10
+    # Each cut is found within a few characters past the target size; the rest is at most two slices.
+    assert max(len(p) for p in pieces[:-1]) < SLICE_CHARS + 100
+    assert len(pieces[-1]) <= 2 * SLICE_CHARS
+    assert count(text) == len(TOKEN_PATTERN.findall(text))
+    assert encode(text) == TOKEN_PATTERN.findall(text)

@@ -45,6 +45,7 @@ def full_spec() -> dict[str, Any]:
         },
         "service": {"type": "NodePort", "port": 9000},
         "monitoring": {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}}},
+        "podDisruptionBudget": {"enabled": True, "maxUnavailable": "34%"},
     }
 
 

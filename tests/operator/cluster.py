@@ -80,11 +80,13 @@ def install_rbac(api: Any) -> None:
         resource.server_side_apply(body=obj, field_manager="llmsim-tests", force_conflicts=True)
 
 
-def service_account_kubeconfig(api: Any, server: str, ca_path: Path, path: Path) -> Path:
-    """A kubeconfig authenticating as the operator's ServiceAccount (TokenRequest API)."""
+def service_account_kubeconfig(
+    api: Any, server: str, ca_path: Path, path: Path, account: str = "llmsim-operator"
+) -> Path:
+    """A kubeconfig authenticating as a ServiceAccount of llmsim-system (TokenRequest API)."""
     core = client.CoreV1Api(api)
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 7200}}
-    token = core.create_namespaced_service_account_token("llmsim-operator", "llmsim-system", request).status.token
+    token = core.create_namespaced_service_account_token(account, "llmsim-system", request).status.token
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -101,10 +103,12 @@ def service_account_kubeconfig(api: Any, server: str, ca_path: Path, path: Path)
 class OperatorProcess:
     """``python -m llmsim_operator run`` as a child process, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, *args: str, prelude: str = "") -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.args = args
+        # Python run before the CLI in the same interpreter (e.g. to break getpass as uid 65532 has it).
+        self.prelude = prelude
         self.process: subprocess.Popen[bytes] | None = None
         self.liveness = ""
 
@@ -114,12 +118,14 @@ class OperatorProcess:
             [str(ROOT / "operator"), str(ROOT / "simulator"), env.get("PYTHONPATH", "")]
         )
         env["KUBECONFIG"] = str(self.kubeconfig)
+        entry = ["-m", "llmsim_operator"]
+        if self.prelude:
+            entry = ["-c", f"{self.prelude}\nimport runpy\nrunpy.run_module('llmsim_operator', run_name='__main__')"]
         argv = [
             sys.executable,
-            "-m",
-            "llmsim_operator",
+            *entry,
             "run",
-            "--all-namespaces",
+            *([] if "-n" in self.args else ["--all-namespaces"]),
             "--kubeconfig",
             str(self.kubeconfig),
         ]

@@ -22,9 +22,11 @@ def key(obj: Object) -> Key:
 
 
 class FakeKube:
-    def __init__(self, *, monitoring: bool = False) -> None:
+    def __init__(self, *, monitoring: bool = False, policy_v1: bool = True) -> None:
         self.objects: dict[Key, Object] = {}
         self.monitoring = monitoring
+        # policy/v1 PodDisruptionBudgets (Kubernetes >= 1.21); else only policy/v1beta1.
+        self.policy_v1 = policy_v1
         self.applied: list[tuple[str, Object]] = []
         self.deleted: list[Key] = []
         self.status_writes = 0
@@ -104,6 +106,8 @@ class FakeKube:
         return copy.deepcopy(live)
 
     async def api_exists(self, group_version: str, plural: str) -> bool:
+        if (group_version, plural) == ("policy/v1", "poddisruptionbudgets"):
+            return self.policy_v1
         return self.monitoring and (group_version, plural) == ("monitoring.coreos.com/v1", "servicemonitors")
 
     def status_of(self, name: str, namespace: str) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def test_every_cel_rule_has_a_python_twin() -> None:
 
     source = inspect.getsource(spec_module)
     rules = [name for name in dir(crd) if name.startswith("RULE_")]
-    assert len(rules) == 5
+    assert len(rules) == 6
     for name in rules:
         assert f"crd.{name}[1]" in source, f"{name} is not re-checked in spec.py"
     cel = [
@@ -118,7 +118,10 @@ def test_every_cel_rule_has_a_python_twin() -> None:
     assert sorted(cel) == sorted(getattr(crd, name)[0] for name in rules)
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if "hpa" not in p.name], ids=lambda p: p.name)
+SIMULATOR_EXAMPLES = [p for p in EXAMPLES if yaml.safe_load(p.read_text()).get("kind") == "LLMSimulator"]
+
+
+@pytest.mark.parametrize("path", SIMULATOR_EXAMPLES, ids=lambda p: p.name)
 def test_examples_pass_schema_and_operator_checks(path: Path) -> None:
     obj = yaml.safe_load(path.read_text())
     validator().validate(obj)
@@ -130,10 +133,37 @@ def test_examples_pass_schema_and_operator_checks(path: Path) -> None:
         parse_responses(inline, f"{path.name}: spec.responses.inline")
 
 
-def test_hpa_example_targets_the_scale_subresource() -> None:
-    hpa = yaml.safe_load((ROOT / "deploy" / "examples" / "hpa.yaml").read_text())
+def test_examples_are_simulators_two_autoscalers_and_a_scrape_job() -> None:
+    assert len(SIMULATOR_EXAMPLES) >= 3
+    assert {p.name for p in EXAMPLES} - {p.name for p in SIMULATOR_EXAMPLES} == {
+        "keda-scaledobject.yaml",
+        "hpa-prometheus-adapter.yaml",
+        "prometheus-adapter-values.yaml",
+        "prometheus-scrape-config.yaml",  # run by e2e/test_4_prometheus.py
+    }
+
+
+def test_autoscaler_examples_scale_the_simulator_on_its_queue() -> None:
+    """Both scale the LLMSimulator (scale subresource) on vllm:num_requests_waiting, 5 waiting per replica."""
+    examples = ROOT / "deploy" / "examples"
+    target = {"apiVersion": "llmsim.io/v1alpha1", "kind": "LLMSimulator", "name": "llama-8b"}
+    # KEDA (no KEDA schema here: its fields, checked one by one).
+    keda = yaml.safe_load((examples / "keda-scaledobject.yaml").read_text())
+    assert (keda["apiVersion"], keda["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    assert keda["spec"]["scaleTargetRef"] == target
+    (trigger,) = keda["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert trigger["metadata"]["query"] == 'sum(vllm:num_requests_waiting{namespace="default", service="llama-8b"})'
+    assert trigger["metadata"]["threshold"] == "5"  # KEDA wants a string
+    # prometheus-adapter: a valid autoscaling/v2 HPA on the external metric its rule serves.
+    hpa = yaml.safe_load((examples / "hpa-prometheus-adapter.yaml").read_text())
     kubernetes_validate.validate(hpa, "1.28.0", strict=True)
-    assert hpa["spec"]["scaleTargetRef"]["kind"] == "LLMSimulator"
+    assert hpa["spec"]["scaleTargetRef"] == target
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "5"}
+    (rule,) = yaml.safe_load((examples / "prometheus-adapter-values.yaml").read_text())["rules"]["external"]
+    assert rule["name"]["as"] == metric["external"]["metric"]["name"]
+    assert rule["seriesQuery"].startswith("vllm:num_requests_waiting{")
 
 
 @pytest.mark.parametrize(
@@ -150,6 +180,8 @@ def test_hpa_example_targets_the_scale_subresource() -> None:
         {"model": {"name": "m"}, "service": {"port": 70000}},
         {"model": {"name": "m"}, "monitoring": {"serviceMonitor": {"interval": "soon"}}},
         {"model": {"name": "m"}, "resources": {"limits": {"memory": "lots"}}},
+        {"model": {"name": "m"}, "podDisruptionBudget": {"maxUnavailable": "lots"}},
+        {"model": {"name": "m"}, "podDisruptionBudget": {"minAvailable": -1}},
         {"model": {"name": "m"}, "faults": {"rates": {"stall": 1.5}}},
         {"model": {"name": "m"}, "faults": {"slowFactor": 0.5}},
         {"model": {"name": "m"}, "startupSeconds": -1},

@@ -53,7 +53,13 @@ def test_manifests_install_everything_crd_first(capsys: pytest.CaptureFixture[st
     assert container["image"] == "op:1"
     assert container["args"][:2] == ["run", "--all-namespaces"]
     assert "sim:2" in container["args"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # Ready only when kopf's /healthz probe handler passes; alive as long as kopf's health server runs.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "health"}
+    assert "--liveness" in container["args"]
+    assert container["args"][container["args"].index("--liveness") + 1].endswith(":8080/healthz")
+    # kopf's identity comes from the pod name, never from getpass (uid 65532 has no passwd entry).
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 

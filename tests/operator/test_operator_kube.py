@@ -13,10 +13,13 @@ Without assets these tests FAIL (CI must not skip silently), unless ``LLMSIM_SKI
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import yaml
 
 from llmsim_operator.conventions import ANNOTATION_CONFIG_HASH, API_VERSION, KIND
 from llmsim_operator.crd import custom_resource_definition
+from llmsim_operator.kube_version import detect_cel, server_knows_cel
 from tests.kube.envtest import EnvTest, EnvTestError, find_assets, free_port
 from tests.operator.cluster import (
     ApiException,
@@ -473,6 +477,23 @@ def test_service_monitor_follows_the_spec_when_the_api_exists(api: Any, dyn: Any
     )
 
 
+def test_pod_disruption_budget_on_a_1_20_server(dyn: Any, namespace: str) -> None:
+    # 1.20 serves PodDisruptionBudgets as policy/v1beta1 only; the operator picks that version.
+    spec = MINIMAL | {"replicas": 2, "podDisruptionBudget": {"enabled": True}}
+    sim = create(dyn, namespace, "budget", spec)
+    pdb = wait_for(dyn, "policy/v1beta1", "PodDisruptionBudget", namespace, "budget", lambda o: o is not None,
+                   "the PodDisruptionBudget")  # fmt: skip
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "llmsim", "app.kubernetes.io/instance": "budget"}
+    }
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == sim["metadata"]["uid"]
+    patch_spec(dyn, namespace, "budget", {"replicas": 1})
+    wait_for(dyn, "policy/v1beta1", "PodDisruptionBudget", namespace, "budget", lambda o: o is None,
+             "its deletion at one replica")  # fmt: skip
+
+
 SERVICE_MONITOR_CRD = """
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -497,6 +518,117 @@ def test_liveness_endpoint_answers(operator: OperatorProcess) -> None:
     # By now the operator has served every scenario above, so its probe server is up.
     with urllib.request.urlopen(operator.liveness, timeout=10) as response:
         assert response.status == 200
+
+
+#: Breaks getpass as it breaks for uid 65532 without a passwd entry (kopf's crash in the issue).
+NO_PASSWD_ENTRY = """
+import getpass
+def _no_user():
+    raise KeyError("getpwuid(): uid not found: 65532")
+getpass.getuser = _no_user
+"""
+
+
+def health_status(url: str) -> int:
+    """HTTP status of kopf's /healthz, 0 while nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def statuses_for(process: OperatorProcess, seconds: float) -> list[int]:
+    """kopf's /healthz answers, once a second, from the first answer on for ``seconds``."""
+    deadline = time.monotonic() + 60
+    while (first := health_status(process.liveness)) == 0:
+        assert time.monotonic() < deadline, f"{process.liveness} never answered:\n{process.log_tail()}"
+        time.sleep(0.5)
+    seen = [first]
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(1)
+        seen.append(health_status(process.liveness))
+    return seen
+
+
+@pytest.fixture
+def second_operator(
+    envtest: EnvTest, api: Any, operator: OperatorProcess, tmp_path: Path
+) -> Iterator[Callable[[str], OperatorProcess]]:
+    """Start another operator, serving one empty namespace, as a given ServiceAccount of llmsim-system.
+
+    After the module's operator fixture, which installs the namespace and the RBAC of `manifests`.
+    """
+    started: list[OperatorProcess] = []
+    core = client.CoreV1Api(api)
+
+    def start(account: str) -> OperatorProcess:
+        with contextlib.suppress(ApiException):
+            core.create_namespaced_service_account("llmsim-system", {"metadata": {"name": account}})
+        kubeconfig = service_account_kubeconfig(
+            api, envtest.server_url, envtest.ca_path, tmp_path / f"{account}.kubeconfig", account=account
+        )
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        process = OperatorProcess(
+            kubeconfig, tmp_path / f"{account}.log", "-n", "readiness-probe", "--liveness", liveness,
+            prelude=NO_PASSWD_ENTRY,
+        )  # fmt: skip
+        process.liveness = liveness
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def test_operator_starts_without_a_passwd_entry_and_turns_ready(
+    second_operator: Callable[[str], OperatorProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    process = second_operator("llmsim-operator")
+    seen = statuses_for(process, 12)
+    assert process.process is not None
+    assert process.process.poll() is None, process.log_tail()
+    assert seen[-1] == 200, f"{seen}\n{process.log_tail()}"
+    assert "getpwuid" not in Path(process.log_path).read_text()
+
+
+def test_operator_without_rbac_stays_not_ready(second_operator: Callable[[str], OperatorProcess]) -> None:
+    # A ServiceAccount with no role: kopf starts, but cannot list (or watch) LLMSimulators.
+    process = second_operator("llmsim-nobody")
+    seen = statuses_for(process, 12)
+    assert set(seen) == {500}, f"{seen}\n{process.log_tail()}"
+    log = Path(process.log_path).read_text(errors="replace")
+    assert "cannot list llmsimulators.llmsim.io" in log, process.log_tail()
+    assert "forbidden" in log.lower()
+
+
+def test_kube_version_detection_and_server_side_apply_on_a_1_20_server(
+    envtest: EnvTest, api: Any, dyn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(envtest.kubeconfig_path))
+    # hack/envtest-assets.sh stamps its build v1.20.2; a copy of the local cluster's build says v0.0.0,
+    # and then its OpenAPI decides. Either way: no CEL on 1.20.
+    cel, why = detect_cel()
+    assert not cel
+    assert why in ("server 1.20", "server version unknown; its OpenAPI lacks x-kubernetes-validations")
+    assert server_knows_cel() is False
+    crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+
+    def apply(body: dict[str, Any]) -> None:
+        crds.server_side_apply(body=body, field_manager="llmsim-tests", force_conflicts=True)
+
+    # What the issue saw: 1.20 refuses the unknown field under server-side apply ...
+    with pytest.raises(ApiException) as refused:
+        apply(custom_resource_definition())
+    assert "x-kubernetes-validations" in str(refused.value.body)
+    # ... and takes what `llmsim-operator manifests --kube-version auto` prints for it.
+    apply(custom_resource_definition(cel=False))
 
 
 def test_operator_log_has_no_permission_errors(operator: OperatorProcess) -> None:

@@ -106,7 +106,7 @@ async def test_service_monitor_only_when_the_api_exists() -> None:
 
     kube, body = setup(full_spec(), monitoring=True)
     outcome = await reconcile(kube, body, OPTIONS)
-    assert kinds(kube)[-1] == "ServiceMonitor"
+    assert kinds(kube)[-2:] == ["ServiceMonitor", "PodDisruptionBudget"]
     assert outcome.warnings == []
 
 
@@ -171,3 +171,17 @@ async def test_a_simulator_being_deleted_is_left_to_the_garbage_collector() -> N
 async def test_refresh_of_a_deleted_simulator_is_a_no_op() -> None:
     kube = FakeKube()
     assert await refresh_status(kube, NAMESPACE, "gone", None, OPTIONS) is None
+
+
+@pytest.mark.parametrize(("policy_v1", "api_version"), [(True, "policy/v1"), (False, "policy/v1beta1")])
+async def test_pod_disruption_budget_follows_the_replicas(policy_v1: bool, api_version: str) -> None:
+    spec = minimal_spec() | {"replicas": 3, "podDisruptionBudget": {"enabled": True}}
+    kube, body = setup(spec, policy_v1=policy_v1)
+    await reconcile(kube, body, OPTIONS)
+    pdb = ("PodDisruptionBudget", api_version)
+    assert [(o["kind"], o["apiVersion"]) for _, o in kube.applied][-1] == pdb
+    assert kube.objects[(api_version, "PodDisruptionBudget", NAMESPACE, "llama")]["spec"]["maxUnavailable"] == 1
+    # Scaled down to one pod: the budget would only block drains, so the operator removes its own.
+    body = kube.add({**body, "spec": spec | {"replicas": 1}})
+    await reconcile(kube, body, OPTIONS)
+    assert kube.deleted == [(api_version, "PodDisruptionBudget", NAMESPACE, "llama")]

@@ -45,7 +45,8 @@ def render(spec: dict[str, Any], responses: str | None = None, name: str = "llam
 
 def objects(children: Children) -> list[dict[str, Any]]:
     out = [children.config_map, children.deployment, children.service]
-    return out + ([children.service_monitor] if children.service_monitor else [])
+    optional = [children.service_monitor, children.pod_disruption_budget]
+    return out + [o for o in optional if o is not None]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -170,6 +171,35 @@ def test_service_monitor_only_when_enabled() -> None:
     assert sm is not None
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+
+
+@pytest.mark.parametrize(
+    ("budget", "replicas", "expected"),
+    [
+        ({"enabled": True}, 2, {"maxUnavailable": 1}),
+        ({"enabled": True, "minAvailable": "50%"}, 4, {"minAvailable": "50%"}),
+        ({"enabled": True, "maxUnavailable": 2}, 1, None),  # one pod: a budget would only block drains
+        ({"enabled": True}, 0, None),
+        ({"enabled": False}, 5, None),
+        ({}, 5, None),
+    ],
+)
+def test_pod_disruption_budget_only_for_fleets(
+    budget: dict[str, Any], replicas: int, expected: dict[str, Any] | None
+) -> None:
+    pdb = render(minimal_spec() | {"replicas": replicas, "podDisruptionBudget": budget}).pod_disruption_budget
+    if expected is None:
+        assert pdb is None
+        return
+    assert pdb is not None
+    kubernetes_validate.validate(pdb, K8S_VERSION, strict=True)
+    assert pdb["spec"] == {"selector": {"matchLabels": c.selector_labels("llama")}, **expected}
+    assert pdb["metadata"]["name"] == "llama"
+
+
+def test_an_external_autoscaler_keeps_the_budget() -> None:
+    spec = minimal_spec() | {"autoscaling": {"external": True}, "podDisruptionBudget": {"enabled": True}}
+    assert render(spec).pod_disruption_budget is not None
 
 
 def test_pods_know_their_name_and_namespace_through_the_downward_api() -> None:

@@ -10,12 +10,13 @@ import pytest
 import llmsim_operator
 from llmsim_operator.cli import _parser, options_from_args
 from llmsim_operator.handlers import backoff, register
-from llmsim_operator.settings import OperatorOptions, configure
+from llmsim_operator.options import OperatorOptions
+from llmsim_operator.settings import configure
 
 
 def test_configure_uses_own_prefix_timeouts_and_standalone() -> None:
     settings = kopf.OperatorSettings()
-    configure(settings, OperatorOptions(), instance="pod-1")
+    configure(settings, OperatorOptions(identity="pod-1"))
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert settings.persistence.progress_storage.prefix == "llmsim.io"
     assert isinstance(settings.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
@@ -58,6 +59,7 @@ def test_backoff_doubles_up_to_five_minutes() -> None:
 def test_register_adds_every_handler() -> None:
     registry = kopf.OperatorRegistry()
     register(registry, OperatorOptions(drift_interval=15))
+    assert {h.id for h in registry._activities.get_all_handlers()} == {"login", "connect", "disconnect", "api"}
     changing = registry._changing.get_all_handlers()
     assert {h.id for h in changing} == {"reconcile"}
     (timer,) = registry._spawning.get_all_handlers()

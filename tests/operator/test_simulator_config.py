@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import math
+from importlib import resources
 
 import pytest
 import yaml
 
+from llmsim.config import ModelsConfig
 from llmsim.config.loader import parse_models_config
 from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
 from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
@@ -25,11 +26,79 @@ def test_minimal_spec_loads_in_llmsim_with_the_profile_merged() -> None:
     assert model.kv_cache is not None
     assert (model.kv_cache.bytes_per_token, model.kv_cache.block_size) == (131072, 16)
     assert model.kv_cache.gpu_memory_utilization == 0.9
-    # The operator's capacity and the simulator's inputs agree (same formula, numbers from llmsim's parse).
-    hw = config.hardware["h100-80gb"]
-    usable = hw.hbm_gib * 2**30 * model.kv_cache.gpu_memory_utilization
-    blocks = math.floor((usable - model.weights.bytes) / (model.kv_cache.bytes_per_token * model.kv_cache.block_size))
-    assert sim.kv_cache_blocks == blocks
+    # The capacity both sides derive from these numbers is compared in test_capacity.py.
+
+
+TIMING = (
+    "efficiency.compute",
+    "efficiency.memory",
+    "latency.step_overhead_ms",
+    "latency.step_overhead_per_sequence_ms",
+    "latency.request_overhead_ms",
+)
+
+
+def effective_timing(config: ModelsConfig, name: str) -> dict[str, float]:
+    model = config.model(name)
+    assert model.latency is not None
+    return {
+        "efficiency.compute": model.efficiency.compute,
+        "efficiency.memory": model.efficiency.memory,
+        "latency.step_overhead_ms": model.latency.step_overhead_ms,
+        "latency.step_overhead_per_sequence_ms": model.latency.step_overhead_per_sequence_ms,
+        "latency.request_overhead_ms": model.latency.request_overhead_ms,
+    }
+
+
+def calibrated(hardware: str, profile: str) -> dict[str, float]:
+    """The built-in calibration of a measured pair, read from llmsim's data file."""
+    table = yaml.safe_load(resources.files("llmsim").joinpath("data", "calibrated_timing.yml").read_text())
+    entry = table["pairs"][hardware][profile]
+    return {knob: float(entry[knob]) for knob in TIMING}
+
+
+def test_a_profile_and_a_gpu_alone_get_llmsims_calibrated_timing_in_the_pods() -> None:
+    # The CR names a model profile and a GPU profile, no timing: the ConfigMap carries no knob, and the
+    # pods' llmsim fills in its calibration of llama-3.1-8b on an H100 (fitted to a published vLLM sweep).
+    sim = parse_spec("llama", NAMESPACE, minimal_spec())
+    entry = yaml.safe_load(models_yaml(sim))["models"][0]
+    assert "latency" not in entry
+    assert "efficiency" not in entry
+    config = parse_models_config(models_yaml(sim), "models.yml")
+    name = "meta-llama/Llama-3.1-8B-Instruct"
+    assert effective_timing(config, name) == calibrated("h100-80gb", "llama-3.1-8b")
+    assert all(source.startswith("calibration data A1 ") for source in config.timing_sources(name).values())
+
+
+def test_explicit_timing_in_the_cr_wins_knob_by_knob() -> None:
+    spec = minimal_spec() | {
+        "hardware": {"profile": "a100-40gb"},
+        "model": {"name": "q", "profile": "qwen2.5-7b"},
+        "efficiency": {"memory": 0.9},
+        "latency": {"requestOverheadMs": 3, "stepOverheadPerSequenceMs": 0.1},
+    }
+    config = parse_models_config(models_yaml(parse_spec("q", NAMESPACE, spec)), "models.yml")
+    expected = calibrated("a100-40gb", "qwen2.5-7b") | {
+        "efficiency.memory": 0.9,
+        "latency.request_overhead_ms": 3.0,
+        "latency.step_overhead_per_sequence_ms": 0.1,
+    }
+    assert effective_timing(config, "q") == expected
+    sources = config.timing_sources("q")
+    assert [sources[k] == "the file" for k in TIMING] == [False, True, False, True, True]
+
+
+def test_explicit_gpu_figures_get_no_calibration() -> None:
+    # Figures of its own make a GPU llmsim has not calibrated ("custom"): the schema's defaults apply.
+    spec = minimal_spec() | {"hardware": {"profile": "h100-80gb", "hbmGiB": 94}}
+    config = parse_models_config(models_yaml(parse_spec("h", NAMESPACE, spec)), "models.yml")
+    name = "meta-llama/Llama-3.1-8B-Instruct"
+    assert config.model(name).hardware == "custom"
+    assert config.model(name).latency is None
+    assert (config.model(name).efficiency.compute, config.model(name).efficiency.memory) == (1.0, 1.0)
+    assert set(config.timing_sources(name).values()) == {
+        "default (hardware 'custom' is defined in the file, not the built-in profile)"
+    }
 
 
 def test_full_spec_loads_in_llmsim_with_every_field() -> None:

@@ -77,6 +77,10 @@ def test_fixed_engine_needs_no_model_size() -> None:
             minimal_spec() | {"responses": {"inline": "x", "configMapRef": {"name": "r"}}},
             crd.RULE_RESPONSES[1],
         ),
+        (
+            minimal_spec() | {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 1, "minAvailable": 1}},
+            crd.RULE_DISRUPTION_BUDGET[1],
+        ),
         ({"model": {"name": "m", "profile": "gpt-5"}}, "unknown model profile 'gpt-5'"),
         (minimal_spec() | {"hardware": {"profile": "tpu-v9"}}, "unknown hardware profile 'tpu-v9'"),
         ({"model": {}}, "model.name is required"),
@@ -99,3 +103,18 @@ def test_weights_larger_than_memory_are_rejected() -> None:
     spec = {"model": {"name": "m", "profile": "llama-3.1-70b-fp8"}, "hardware": {"profile": "l4-24gb"}}
     with pytest.raises(InvalidSpec, match=r"weights \(70.60 GB\) leave no room"):
         parse(spec)
+
+
+def test_a_context_that_does_not_fit_in_the_kv_cache_is_rejected() -> None:
+    # llama-3.1-8b on an L4: (24 GiB x 0.9 - 8.03e9 x 2 B) / (131,072 B x 16) = 3,401.2 -> 3,401 blocks,
+    # one of them vLLM's null block: 3,400 x 16 = 54,400 usable tokens, less than the profile's
+    # 131,072-token context: llmsim (like vLLM) refuses to start.
+    spec = {"model": {"name": "m", "profile": "llama-3.1-8b"}, "hardware": {"profile": "l4-24gb"}}
+    with pytest.raises(InvalidSpec, match=r"context_length 131072 does not fit in the KV cache \(3401 blocks"):
+        parse(spec)
+    # The same model with a context that fits is fine, and the fixed engine does not simulate the cache.
+    fits = parse(spec | {"model": {"name": "m", "profile": "llama-3.1-8b", "contextLength": 54400}})
+    assert (fits.kv_cache_blocks, fits.context_length, fits.capacity_problem) == (3401, 54400, None)
+    fixed = parse(spec | {"engine": "fixed"})
+    assert fixed.capacity_problem is not None
+    assert fixed.kv_cache_blocks == 3401

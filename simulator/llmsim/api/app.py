@@ -20,6 +20,7 @@ from llmsim.api import admin_routes, routes
 from llmsim.api.access import Access
 from llmsim.api.dropped_connection import quiet_dropped_connections
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
+from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import Identity, with_headers
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.openapi import add_request_schemas, request_body, responses
@@ -156,7 +157,8 @@ class LlmsimApp(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        scope["llmsim.arrival"] = self._now()
+        if ARRIVAL_KEY not in scope:  # stamped by uvicorn's protocol when llmsim serve runs it
+            scope[ARRIVAL_KEY] = self._now()
         headers = self._identity.headers(scope)
         if self._access.enabled:
             refusal = self._access.refusal(scope)

@@ -33,6 +33,7 @@ from llmsim.api.errors import (
     validation_failed,
 )
 from llmsim.api.faults import FAULT_HEADER, Fault
+from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import (
     ChatCompletionRequest,
@@ -61,7 +62,7 @@ def _state(request: Request) -> ApiState:
 
 
 def _arrival(request: Request, state: ApiState) -> float:
-    arrival = request.scope.get("llmsim.arrival")
+    arrival = request.scope.get(ARRIVAL_KEY)
     return float(arrival) if arrival is not None else state.clock.now()
 
 
@@ -116,8 +117,25 @@ def _with_lora(requests: list[GenerationRequest], served: ServedModel, model: st
     return [dataclasses.replace(r, lora_name=model) for r in requests]
 
 
-def _plan(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
+#: Bodies larger than this are tokenized and matched in a worker thread: the tokenizer works on a
+#: long prompt in slices (llm/tokenizer.py), so the event loop takes the GIL back between them and
+#: one huge prompt never holds the other requests for more than a few milliseconds.
+OFFLOAD_BYTES = 64 * 1024
+
+
+async def _off_loop(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` here, or in a worker thread when the request's body is large."""
+    if len(await request.body()) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)
+
+
+async def _plan(request: Request, served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
     """Run the generator (context checks first); one flat list of plans, choice index = position."""
+    return await _off_loop(request, _generate, served, requests)
+
+
+def _generate(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
     plans: list[GenerationPlan] = []
     for req in requests:
         try:
@@ -202,7 +220,7 @@ async def chat_completions(request: Request) -> Response:
         gen_request = body.to_generation_request()
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    plans = _plan(served, _with_lora([gen_request], served, body.model))
+    plans = await _plan(request, served, _with_lora([gen_request], served, body.model))
     return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
 
 
@@ -219,7 +237,7 @@ async def completions(request: Request) -> Response:
         arrival = admitted
     fault = _fault(request, served)
     requests = _with_lora(body.to_generation_requests(), served, body.model)
-    plans = _plan(served, requests)
+    plans = await _plan(request, served, requests)
     echo = _echo(served, requests, body.n) if body.echo else None
     return await _respond(request, served, body, plans, arrival, chat=False, echo=echo, fault=fault)
 
@@ -462,14 +480,18 @@ async def tokenize(request: Request) -> Response:
             messages = tuple(Message(m.role, m.text()) for m in body.messages)
         except ValueError as exc:
             raise APIError(400, str(exc), param="messages") from None
-        tokens, ids = generator.tokenize_chat(
+        tokens, ids = await _off_loop(
+            request,
+            generator.tokenize_chat,
             messages,
             add_generation_prompt=body.add_generation_prompt,
             continue_final_message=body.continue_final_message,
             add_special_tokens=body.add_special_tokens,
         )
     else:
-        tokens, ids = generator.tokenize_text(body.prompt, add_special_tokens=body.add_special_tokens)
+        tokens, ids = await _off_loop(
+            request, generator.tokenize_text, body.prompt, add_special_tokens=body.add_special_tokens
+        )
     token_strs = tokens if body.return_token_strs else None
     return JSONResponse(
         {"count": len(ids), "max_model_len": served.context_length, "tokens": ids, "token_strs": token_strs}
@@ -517,12 +539,16 @@ async def embeddings(request: Request) -> Response:
                 raise APIError(400, "The decoder prompt cannot be empty")
             if max(item) >= generator.vocab_size:
                 raise APIError(400, f"Token id {max(item)} is out of vocabulary")
-    tokens = [
-        generator.token_strings(item)
-        if isinstance(item, list)
-        else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)[0]
-        for item in inputs
-    ]
+
+    def tokenize_inputs() -> list[list[str]]:
+        return [
+            generator.token_strings(item)
+            if isinstance(item, list)
+            else generator.tokenize_text(item, add_special_tokens=body.add_special_tokens)[0]
+            for item in inputs
+        ]
+
+    tokens = await _off_loop(request, tokenize_inputs)
     try:
         plans = [generator.embedding_plan(len(t)) for t in tokens]
     except ContextLengthError as exc:

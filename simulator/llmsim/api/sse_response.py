@@ -121,16 +121,26 @@ class SSEResponse(Response, Generic[T]):
         self._events = events
         self._encode = encode
         self._body = body
+        self._send: Send | None = None
         # Set while the response waits on the engine: the only time a disconnect cancels it.
         self._pulling = False
         self._disconnected = False
         self._cancelled_by_disconnect = False
+        # True while a write is under way (ours, or a pushed one the transport made wait):
+        # pushes are refused meanwhile, so bytes never leave out of order.
+        self._writing = False
+        # A pushed write the transport made wait, finished by its own task.
+        self._inflight: asyncio.Future[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        self._send = send
         watcher = asyncio.create_task(self._watch(receive, task))
+        attach = getattr(self._events, "attach", None)
+        if attach is not None:
+            attach(self._push)
         try:
             await self._stream(send)
         except asyncio.CancelledError:
@@ -140,10 +150,55 @@ class SSEResponse(Response, Generic[T]):
                 raise
         finally:
             watcher.cancel()
+            if self._inflight is not None:
+                self._inflight.cancel()
             try:
                 await self._events.aclose()
             finally:
                 self._body.close()
+
+    def _push(self, event: T) -> bool:
+        """The engine hands a token over at its release: write it now, from the engine's own pass.
+
+        Refused (False: the engine queues it for :meth:`_stream`) while another write is under
+        way or after the client left. Never raises into the engine.
+        """
+        if self._writing or self._disconnected:
+            return False
+        send = self._send
+        assert send is not None
+        try:
+            write = cast(
+                Coroutine[Any, Any, None],
+                send({"type": "http.response.body", "body": self._encode(event), "more_body": True}),
+            )
+            waiting_on = write.send(None)
+        except StopIteration:
+            return True  # written: the common case
+        except Exception:
+            return False  # the consumer task meets the same error where it can be handled
+        # The server's send waits (the transport is paused: a slow reader). Finish this write in a
+        # task; until then further tokens queue up and the consumer waits for it before writing.
+        self._writing = True
+        self._inflight = asyncio.ensure_future(self._finish(write, waiting_on))
+        return True
+
+    async def _finish(self, write: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        try:
+            await _resume(write, waiting_on)
+        finally:
+            self._writing = False
+
+    async def _write(self, send: Send, body: bytes, more_body: bool = True) -> None:
+        inflight = self._inflight
+        if inflight is not None:
+            self._inflight = None
+            await inflight
+        self._writing = True
+        try:
+            await send({"type": "http.response.body", "body": body, "more_body": more_body})
+        finally:
+            self._writing = False
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -160,7 +215,7 @@ class SSEResponse(Response, Generic[T]):
         encode = self._encode
         due: list[bytes] = []
         try:
-            # Per-token loop (every token of every stream): no await except the engine's wait and the write.
+            # Per-token loop of pulled tokens: no await except the engine's wait and the write.
             while True:
                 # Both kinds of source return a coroutine-like awaitable with send/throw.
                 step = cast(Coroutine[Any, Any, T], pull())
@@ -174,14 +229,14 @@ class SSEResponse(Response, Generic[T]):
                         # a full batch is where backpressure holds this stream. It returns at once
                         # when the peer keeps up: yield the loop anyway, or a stream whose every
                         # token is due (the instant engine) would run to its end in one turn.
-                        await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})
+                        await self._write(send, b"".join(due))
                         due.clear()
                         if self._disconnected:
                             return
                         await asyncio.sleep(0)
                     continue
                 if due:
-                    await send({"type": "http.response.body", "body": b"".join(due), "more_body": True})
+                    await self._write(send, b"".join(due))
                     due.clear()
                     if self._disconnected:
                         return
@@ -190,7 +245,7 @@ class SSEResponse(Response, Generic[T]):
                     event = await _resume(step, waiting_on)
                 finally:
                     self._pulling = False
-                await send({"type": "http.response.body", "body": encode(event), "more_body": True})
+                await self._write(send, encode(event))
                 if self._disconnected:
                     return
         except StopAsyncIteration:
@@ -201,4 +256,4 @@ class SSEResponse(Response, Generic[T]):
                 raise
             due.append(last)
         # The end of the stream in one write, with the chunked-encoding terminator.
-        await send({"type": "http.response.body", "body": b"".join(due), "more_body": False})
+        await self._write(send, b"".join(due), more_body=False)

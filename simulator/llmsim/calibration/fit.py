@@ -4,20 +4,24 @@ Each measurement's load is replayed on one simulated replica (a closed loop of `
 clients, Poisson arrivals at ``rate``, or both) and its p50 TTFT / ITL / TPOT compared with the
 measured ones. The residuals are relative errors, so a 10 ms TTFT and a 5 ms ITL weigh alike.
 
-The knobs are every number the cost model has (``cost_model.py``)::
+The knobs are every number the cost model has (``cost_model.py``), and the time a request takes
+to reach the scheduler (``scheduler.ready_time``)::
 
-    step = max(2 P tokens / (peak FLOP/s x compute), (weights + KV read) / (bandwidth x memory)) + overhead
+    step = max(2 P tokens / (peak FLOP/s x compute), (weights + KV read) / (bandwidth x memory)) + step overhead
+    TTFT = request overhead + the wait for a step + the steps of its prefill
 
-The solver works in ``1/compute``, ``1/memory`` and ``overhead_ms``, in which a step's duration
-is linear (piecewise, through the max), and in a closed loop the batches do not depend on the
-knobs at all (every request is sent at a step's end), so the predictions are piecewise linear in
-the solver's variables: a trust-region solver with bounds converges in a few iterations.
+The solver works in ``1/compute``, ``1/memory`` and the two overheads in ms, in which a step's
+duration is linear (piecewise, through the max). In a closed loop the batches hardly depend on
+the knobs (every request is sent at a step's end and reaches the scheduler a request overhead
+later), so the predictions are piecewise linear in the solver's variables: a trust-region solver
+with bounds converges in a few iterations.
 
 Not every knob is visible in every data set. Before fitting, the Jacobian at the start values
 decides: a knob with no effect on any residual (a compute efficiency when no replayed step is
 compute-bound) is held at its start value, and so is one the data cannot tell from another
 (step overhead and memory efficiency when every point decodes at the same batch shape),
-preferring to hold the step overhead, then the compute efficiency. The report says which and why.
+preferring to hold the step overhead, then the request overhead, then the compute efficiency.
+The report says which and why.
 
 ``scipy.optimize.least_squares`` does the solving: bounded trust-region least squares with
 finite-difference Jacobians is exactly what this needs, and is not worth re-implementing.
@@ -39,13 +43,27 @@ from llmsim.engine.scheduler import SchedulerParams
 from llmsim.fleet import FleetRequest, FleetSpec, FleetWorkload, Prompt, ReplicaGroup, RouterSpec, simulate_fleet
 
 #: The knobs, as models.yml names them, in the solver's order.
-KNOBS = ("efficiency.compute", "efficiency.memory", "latency.step_overhead_ms")
+KNOBS = (
+    "efficiency.compute",
+    "efficiency.memory",
+    "latency.step_overhead_ms",
+    "latency.step_overhead_per_sequence_ms",
+    "latency.request_overhead_ms",
+)
 # When the data cannot separate knobs, hold them in this order (the memory efficiency is what
-# decode-heavy measurements pin best).
-_HOLD_ORDER = ("latency.step_overhead_ms", "efficiency.compute", "efficiency.memory")
-# Solver bounds: efficiencies in [0.01, 1] (as 1/efficiency), overhead in [0, 1 s].
-_LOWER = np.array([1.0, 1.0, 0.0])
-_UPPER = np.array([100.0, 100.0, 1000.0])
+# decode-heavy measurements pin best; the request overhead is what TTFT minus a step pins; the
+# per-sequence overhead is the slope of TPOT over concurrency).
+_HOLD_ORDER = (
+    "latency.step_overhead_ms",
+    "latency.step_overhead_per_sequence_ms",
+    "latency.request_overhead_ms",
+    "efficiency.compute",
+    "efficiency.memory",
+)
+# Solver bounds: efficiencies in [0.01, 1] (as 1/efficiency), overheads in [0, 1 s], the
+# per-sequence one in [0, 100 ms].
+_LOWER = np.array([1.0, 1.0, 0.0, 0.0, 0.0])
+_UPPER = np.array([100.0, 100.0, 1000.0, 100.0, 1000.0])
 # A knob whose Jacobian column is this much smaller than the largest has no effect.
 _NO_EFFECT = 1e-6
 # Largest condition number of the column-normalised Jacobian the fit accepts.
@@ -61,10 +79,18 @@ class TimingKnobs:
     compute: float
     memory: float
     step_overhead_ms: float
+    step_overhead_per_sequence_ms: float = 0.0
+    request_overhead_ms: float = 0.0
 
     @classmethod
     def of(cls, params: SchedulerParams) -> TimingKnobs:
-        return cls(params.compute_efficiency, params.memory_efficiency, params.step_overhead_s * 1000)
+        return cls(
+            params.compute_efficiency,
+            params.memory_efficiency,
+            params.step_overhead_s * 1000,
+            params.step_overhead_per_sequence_s * 1000,
+            params.request_overhead_s * 1000,
+        )
 
     def apply(self, params: SchedulerParams) -> SchedulerParams:
         return dataclasses.replace(
@@ -72,17 +98,35 @@ class TimingKnobs:
             compute_efficiency=self.compute,
             memory_efficiency=self.memory,
             step_overhead_s=self.step_overhead_ms / 1000,
+            step_overhead_per_sequence_s=self.step_overhead_per_sequence_ms / 1000,
+            request_overhead_s=self.request_overhead_ms / 1000,
         )
 
     def value(self, knob: str) -> float:
-        return {KNOBS[0]: self.compute, KNOBS[1]: self.memory, KNOBS[2]: self.step_overhead_ms}[knob]
+        return self._values()[KNOBS.index(knob)]
+
+    def with_values(self, values: dict[str, float]) -> TimingKnobs:
+        """These knobs with some replaced (models.yml names)."""
+        x = [values.get(k, v) for k, v in zip(KNOBS, self._values(), strict=True)]
+        return TimingKnobs(*x)
+
+    def _values(self) -> tuple[float, float, float, float, float]:
+        return (
+            self.compute,
+            self.memory,
+            self.step_overhead_ms,
+            self.step_overhead_per_sequence_ms,
+            self.request_overhead_ms,
+        )
 
     def _solver(self) -> np.ndarray:
-        return np.array([1.0 / self.compute, 1.0 / self.memory, self.step_overhead_ms])
+        x = np.array(self._values())
+        x[:2] = 1.0 / x[:2]
+        return x
 
     @classmethod
     def _from_solver(cls, x: np.ndarray) -> TimingKnobs:
-        return cls(1.0 / float(x[0]), 1.0 / float(x[1]), float(x[2]))
+        return cls(1.0 / float(x[0]), 1.0 / float(x[1]), float(x[2]), float(x[3]), float(x[4]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +218,9 @@ class _Objective:
         self.params = params
         self.base = base
         self.free = list(range(len(KNOBS)))
-        self.rows = [(m, metric) for m in points for metric in metrics if m.measured(metric) is not None]
+        self.rows = [
+            (m, metric) for m in points for metric in metrics if m.measured(metric) is not None and m.fits(metric)
+        ]
         self.evaluations = 0
 
     def full(self, x_free: np.ndarray) -> np.ndarray:
@@ -225,9 +271,11 @@ def _choose_free(objective: _Objective, x0: np.ndarray, held: dict[str, str]) ->
             continue
         normalised = jac / norms
         singular = np.linalg.svd(normalised, compute_uv=False)
-        if len(singular) < 2 or singular[0] / singular[-1] <= _MAX_CONDITION:
+        # Fewer measured values than free knobs leaves directions with no singular value at all.
+        determined = len(singular) == len(objective.free)
+        if len(objective.free) == 1 or (determined and singular[0] <= _MAX_CONDITION * singular[-1]):
             return
-        # Collinear: hold one of the knobs in the weakest direction, in _HOLD_ORDER.
+        # Collinear (or underdetermined): hold one of the knobs in the weakest direction, in _HOLD_ORDER.
         _, _, vt = np.linalg.svd(normalised)
         weakest = vt[-1]
         involved = [objective.free[i] for i, v in enumerate(weakest) if abs(v) > 0.3]
@@ -264,13 +312,7 @@ def calibrate(
     for name in fixed:
         if name not in KNOBS:
             raise ValueError(f"unknown knob '{name}' (knobs: {', '.join(KNOBS)})")
-    start = TimingKnobs.of(params)
-    if fixed:
-        start = TimingKnobs(
-            fixed.get(KNOBS[0], start.compute),
-            fixed.get(KNOBS[1], start.memory),
-            fixed.get(KNOBS[2], start.step_overhead_ms),
-        )
+    start = TimingKnobs.of(params).with_values(fixed)
     fitted_points = [m for m in measurements if m.fit]
     objective = _Objective(params, fitted_points, metrics, start._solver())
     if not objective.rows:

@@ -19,6 +19,8 @@ def fitted_model(base: ModelConfig, calibration: Calibration, name: str) -> dict
     knobs = {k.name: k.value for k in calibration.knobs}
     latency = dict(entry.get("latency") or {})
     latency["step_overhead_ms"] = round(knobs["latency.step_overhead_ms"], 4)
+    latency["step_overhead_per_sequence_ms"] = round(knobs["latency.step_overhead_per_sequence_ms"], 4)
+    latency["request_overhead_ms"] = round(knobs["latency.request_overhead_ms"], 4)
     entry["latency"] = latency
     entry["efficiency"] = {
         "compute": round(knobs["efficiency.compute"], 4),
@@ -36,7 +38,7 @@ def _comment_table(calibration: Calibration) -> list[str]:
             error = point.error(metric)
             if measured is None or error is None:
                 continue
-            used = m.fit and metric in calibration.metrics
+            used = m.fits(metric) and metric in calibration.metrics
             lines.append(
                 f"{m.label + ' ' + m.load:<40}{metric.upper():>7}{measured * 1000:>13.2f}"
                 f"{point.prediction.value(metric) * 1000:>11.2f}{error:>+9.1%}{'' if used else '  (not fitted)'}"

@@ -16,8 +16,9 @@ Two sources:
   Each row gives ``concurrency`` (a closed loop) or ``rate`` (Poisson arrivals), or both (rate
   capped by concurrency, as bench's ``--max-concurrency``), the mean prompt and output lengths,
   and at least one of the p50 latencies. ``num_requests`` (default: 10 per client, at least 20,
-  or 200 for a rate), ``fit`` (``no``: predicted and shown, not fitted) and ``note`` are
-  optional.
+  or 200 for a rate), ``fit`` (``no``: predicted and shown, not fitted; or the metrics to fit,
+  joined by ``+``, e.g. ``tpot`` when the point's TTFT is known to be off for a reason the
+  ``note`` gives) and ``note`` are optional.
 """
 
 from __future__ import annotations
@@ -71,10 +72,16 @@ class Measurement:
     # False: predicted and reported, not fitted.
     fit: bool = True
     note: str = ""
+    # The metrics of this point that are fitted (when ``fit``); the others are only reported.
+    fit_metrics: tuple[str, ...] = METRICS
 
     def measured(self, metric: str) -> float | None:
         value: float | None = getattr(self, f"{metric}_p50")
         return value
+
+    def fits(self, metric: str) -> bool:
+        """Whether ``metric`` of this point is fitted (if measured and among the fit's metrics)."""
+        return self.fit and metric in self.fit_metrics
 
     @property
     def load(self) -> str:
@@ -188,8 +195,16 @@ def parse_csv(text: str, file: str) -> list[Measurement]:
         if all(v is None for v in latencies.values()):
             raise ConfigError(file, "no latency to fit: give ttft_p50_ms, itl_p50_ms or tpot_p50_ms", entry=entry)
         fit = cells.get("fit", "").lower()
+        fit_metrics: tuple[str, ...] = METRICS
         if fit not in ("", "yes", "no"):
-            raise ConfigError(file, f"expected yes or no, got '{fit}'", entry=entry, field="fit")
+            fit_metrics = tuple(m.strip() for m in fit.split("+"))
+            if not all(m in METRICS for m in fit_metrics):
+                raise ConfigError(
+                    file,
+                    f"expected yes, no or metrics joined by '+' (of {', '.join(METRICS)}), got '{fit}'",
+                    entry=entry,
+                    field="fit",
+                )
         requests = number("num_requests", integer=True)
         c = None if concurrency is None else int(concurrency)
         points.append(
@@ -205,6 +220,7 @@ def parse_csv(text: str, file: str) -> list[Measurement]:
                 tpot_p50=None if latencies["tpot"] is None else latencies["tpot"] / 1000,
                 fit=fit != "no",
                 note=cells.get("note", ""),
+                fit_metrics=fit_metrics,
             )
         )
     if not points:

@@ -119,9 +119,9 @@ def format_calibration(name: str, base: ModelConfig, c: Calibration) -> str:
     lines = [
         f"llmsim calibrate: {name} ({base.profile or 'custom model'} on {base.hardware}), {len(c.points)} points"
         f" ({fitted} fitted) on p50 {', '.join(m.upper() for m in c.metrics)}, {c.evaluations} replays",
-        f"{'knob':<28}{'start':>9}{'fitted':>10}",
+        f"{'knob':<38}{'start':>9}{'fitted':>10}",
     ]
-    lines += [f"{k.name:<28}{k.start:>9.4g}{k.value:>10.4g}   {k.status}" for k in c.knobs]
+    lines += [f"{k.name:<38}{k.start:>9.4g}{k.value:>10.4g}   {k.status}" for k in c.knobs]
     lines.append(
         f"{'point':<36}{'load':>14}{'prompt':>8}{'output':>8}{'metric':>8}{'measured':>10}{'fitted':>9}{'error':>9}   (ms)"
     )
@@ -133,7 +133,7 @@ def format_calibration(name: str, base: ModelConfig, c: Calibration) -> str:
             error = point.error(metric)
             if measured is None or error is None:
                 continue
-            used = m.fit and metric in c.metrics
+            used = m.fits(metric) and metric in c.metrics
             lead = f"{m.label:<36}{m.load:>14}{m.prompt_tokens:>8.0f}{m.output_tokens:>8.0f}" if first else " " * 66
             note = "" if used else "  not fitted" + (f": {m.note}" if m.note else "")
             lines.append(
@@ -161,6 +161,7 @@ def calibration_json(name: str, c: Calibration, entry: dict[str, Any]) -> dict[s
                 "prompt_tokens": p.measurement.prompt_tokens,
                 "output_tokens": p.measurement.output_tokens,
                 "fit": p.measurement.fit,
+                "fit_metrics": list(p.measurement.fit_metrics),
                 "note": p.measurement.note,
                 "measured": {m: p.measurement.measured(m) for m in METRICS},
                 "fitted": {m: p.prediction.value(m) for m in METRICS},

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
+    from llmsim.api.http_protocol import StampingHttpToolsProtocol
     from llmsim.commands.draining_server import DrainingServer
 
     config = uvicorn.Config(
@@ -92,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, stamping each request's arrival as its first byte is parsed (the runtime's
+        # clock is MonotonicClock's time.monotonic, the stamp's timebase).
+        http=StampingHttpToolsProtocol,
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

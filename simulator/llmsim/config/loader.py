@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from llmsim.config.calibrated_timing import TIMING_KNOBS, timing_defaults
 from llmsim.config.schema import HardwareProfile, ModelsConfig
 from llmsim.errors import ConfigError, entry_label, from_validation_error, parse_yaml, read_yaml_file
 
@@ -52,6 +53,50 @@ def _apply_profile(entry: dict[str, Any], file: str, label: str) -> dict[str, An
     return merged
 
 
+@cache
+def _weight_bytes() -> dict[str, float]:
+    """Weight bytes of every built-in model profile (the nearest-model rule of the timing table)."""
+    out = {}
+    for name, spec in builtin_model_profiles().items():
+        weights = spec.get("weights") or {}
+        out[name] = float(weights["parameters_billions"]) * 1e9 * float(weights.get("bytes_per_parameter", 2.0))
+    return out
+
+
+def _apply_timing(entry: dict[str, Any], redefined: set[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge the built-in timing of the entry's profile on its GPU under the knobs it sets itself.
+
+    Returns the entry and where each knob comes from: "the file", the calibration data (see
+    ``calibrated_timing``), or the schema's default and why no calibration applies.
+    """
+    if entry.get("engine") != "scheduler":
+        return entry, {}
+    profile, hardware = entry.get("profile"), entry.get("hardware")
+    defaults = None
+    if not isinstance(profile, str):
+        why = "no model profile"
+    elif not isinstance(hardware, str):
+        why = "no hardware"
+    elif hardware in redefined:
+        why = f"hardware '{hardware}' is defined in the file, not the built-in profile"
+    else:
+        defaults = timing_defaults(profile, hardware, _weight_bytes())
+        why = f"no calibrated timing for hardware '{hardware}'"
+    merged = dict(entry)
+    sources = {}
+    for knob in TIMING_KNOBS:
+        section, field = knob.split(".")
+        own = merged.get(section)
+        if isinstance(own, dict) and field in own:
+            sources[knob] = "the file"
+        elif defaults is not None and (own is None or isinstance(own, dict)):
+            merged[section] = {**(own or {}), field: defaults[knob].value}
+            sources[knob] = defaults[knob].source
+        else:
+            sources[knob] = f"default ({why})"
+    return merged, sources
+
+
 def parse_models_config(text: str, file: str) -> ModelsConfig:
     """Parse models.yml text; ``file`` names it in errors. Raises :class:`ConfigError`."""
     return _validate(parse_yaml(text, file), file)
@@ -68,11 +113,20 @@ def _validate(raw: Any, file: str) -> ModelsConfig:
     if not isinstance(raw, dict):
         raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
     models = raw.get("models")
+    # Where each scheduler model's timing knobs come from, by model name.
+    timing_sources: dict[str, dict[str, str]] = {}
     if isinstance(models, list):
-        merged = [
-            _apply_profile(m, file, entry_label("models", i, "name", m.get("name"))) if isinstance(m, dict) else m
-            for i, m in enumerate(models)
-        ]
+        own_hardware = raw.get("hardware")
+        redefined = set(own_hardware) if isinstance(own_hardware, dict) else set()
+        merged = []
+        for i, m in enumerate(models):
+            if isinstance(m, dict):
+                m, sources = _apply_timing(
+                    _apply_profile(m, file, entry_label("models", i, "name", m.get("name"))), redefined
+                )
+                if sources and isinstance(m.get("name"), str):
+                    timing_sources[m["name"]] = sources
+            merged.append(m)
         raw = {**raw, "models": merged}
     try:
         config = ModelsConfig.model_validate(raw)
@@ -109,4 +163,6 @@ def _validate(raw: Any, file: str) -> ModelsConfig:
                     file, f"LoRA adapter '{adapter.name}' is declared by two models", entry=label, field=where
                 )
             adapters.add(adapter.name)
-    return config.model_copy(update={"hardware": hardware})
+    config = config.model_copy(update={"hardware": hardware})
+    config._timing_sources = timing_sources
+    return config

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
+import llmsim_capacity
 from llmsim.errors import entry_label
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -45,7 +46,7 @@ class HardwareProfile(_Section):
 
 class Weights(_Section):
     parameters_billions: PositiveFloat
-    bytes_per_parameter: PositiveFloat = 2.0
+    bytes_per_parameter: PositiveFloat = llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER
 
     @property
     def bytes(self) -> float:
@@ -55,8 +56,8 @@ class Weights(_Section):
 class KVCache(_Section):
     # layers x kv_heads x head_dim x 2 (K and V) x dtype bytes
     bytes_per_token: PositiveInt
-    block_size: PositiveInt = 16
-    gpu_memory_utilization: Fraction = 0.9
+    block_size: PositiveInt = llmsim_capacity.DEFAULT_BLOCK_SIZE
+    gpu_memory_utilization: Fraction = llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION
     # Fraction of blocks kept free when admitting (vLLM V1 default 0.0; V0 used 0.01).
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
     # Reuse full blocks across requests (vLLM V1's default: on).
@@ -76,6 +77,12 @@ class SchedulerSection(_Section):
 class Latency(_Section):
     # scheduler engine: fixed cost added to every step (kernel launches, sampling, ...).
     step_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
+    # scheduler engine: added to a step for every sequence in its batch (scheduling, sampling,
+    # output processing: per-sequence costs the roofline leaves out).
+    step_overhead_per_sequence_ms: Annotated[float, Field(ge=0)] = 0.0
+    # scheduler engine: time from a request's arrival until the scheduler sees it (vLLM's API
+    # server: HTTP, chat template, tokenization, the hand-off to the engine core).
+    request_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
     # fixed engine: TTFT = ttft_overhead_ms + prompt_tokens / prefill_tokens_per_second.
     ttft_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
     prefill_tokens_per_second: PositiveFloat | None = None
@@ -192,7 +199,7 @@ class ModelConfig(_Section):
     # Name of a built-in model profile (weights, kv_cache, context_length); explicit fields win.
     profile: str | None = None
     hardware: str | None = None
-    context_length: PositiveInt = 32768
+    context_length: PositiveInt = llmsim_capacity.DEFAULT_CONTEXT_LENGTH
     # "regex" (built in) or {path: tokenizer.json, chat_template: chatml | llama-3}.
     tokenizer: Literal["regex"] | TokenizerFile = "regex"
     weights: Weights | None = None
@@ -218,6 +225,15 @@ class ModelsConfig(_Section):
     hardware: dict[str, HardwareProfile] = {}
     # Names are unique (the loader checks: a check across entries has no field of its own).
     models: Annotated[list[ModelConfig], Field(min_length=1)]
+    # Set by the loader: where each scheduler model's timing knobs came from (not a models.yml field).
+    _timing_sources: dict[str, dict[str, str]] = PrivateAttr(default_factory=dict)
+
+    def timing_sources(self, name: str) -> dict[str, str]:
+        """Where each timing knob of model ``name`` came from: "the file", calibration data, or a default.
+
+        Empty for a model without the scheduler engine (it has no step cost), or one built in code.
+        """
+        return dict(self._timing_sources.get(name, {}))
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:

@@ -6,7 +6,16 @@ numbers, read time only through an injected :class:`~llmsim.engine.clock.Clock`,
 through an :class:`~llmsim.engine.base.EngineObserver`.
 """
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, ObserverGroup, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, ObserverGroup, TokenSink, TokenStream
 from llmsim.engine.clock import Clock, MonotonicClock
 
-__all__ = ["Clock", "Engine", "EngineObserver", "MonotonicClock", "NullObserver", "ObserverGroup", "TokenStream"]
+__all__ = [
+    "Clock",
+    "Engine",
+    "EngineObserver",
+    "MonotonicClock",
+    "NullObserver",
+    "ObserverGroup",
+    "TokenSink",
+    "TokenStream",
+]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
 from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
@@ -53,6 +53,11 @@ class ObserverGroup:
             observer.on_request_finished(stats)
 
 
+#: Called by an engine at the moment it releases a token; True when the consumer took it (wrote it),
+#: False to have it queued and pulled instead. Must not block or await.
+TokenSink = Callable[[TokenEvent], bool]
+
+
 class TokenStream(Protocol):
     """One admitted choice's tokens, pulled by the API one :class:`TokenEvent` at a time.
 
@@ -60,6 +65,11 @@ class TokenStream(Protocol):
     before its last token is aborted and frees what it holds. Closing twice is harmless.
     A stream the engine aborts raises :class:`~llmsim.engine.errors.RequestAborted`.
     A plan's ``pacing`` (if any) moves its tokens' deadlines; events carry the moved deadline.
+
+    ``attach(sink)`` offers the tokens by push as well: an engine that releases many streams at
+    one instant (the scheduler's step) hands each token to its sink right there, instead of waking
+    one consumer task per stream; whatever a sink refuses is queued and pulled as usual, in order.
+    It returns False when the engine does not push (each token has its own timer anyway).
     """
 
     #: Prompt tokens found in the engine's prefix cache (vLLM's ``num_cached_tokens``); final
@@ -71,6 +81,8 @@ class TokenStream(Protocol):
     async def __anext__(self) -> TokenEvent: ...
 
     async def aclose(self) -> None: ...
+
+    def attach(self, sink: TokenSink) -> bool: ...
 
 
 class Engine(abc.ABC):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import RequestAborted
 from llmsim.types import EngineSnapshot, FinishReason, GenerationPlan, RequestId, RequestStats, TokenEvent
@@ -140,6 +140,10 @@ class _FixedStream:
         if task is not None:
             task.uncancel()
         return True
+
+    def attach(self, sink: TokenSink) -> bool:
+        # Every token has its own deadline and timer: nothing is released in batches to push.
+        return False
 
     def _report(self) -> None:
         """Once, however the stream ended: its stats, and one fewer stream running."""

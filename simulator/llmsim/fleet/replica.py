@@ -30,7 +30,7 @@ from collections import Counter
 
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff
+from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import BlockHasher, Prompt
 from llmsim.fleet.workload import FleetRequest
@@ -293,22 +293,26 @@ class Replica:
         run = self.run
         return run.next_event() if run is not None else self.deadline
 
-    def route(self, seq: Sequence, now: float, passed: bool = False) -> None:
-        """A request routed here at ``now``: it waits for the next step start, which a run in progress
-        brings forward to the step the request joins."""
+    def route(self, seq: Sequence, now: float, passed: bool = False) -> float:
+        """A request routed here at ``now``: it waits for the next step start at or after the time it
+        reaches the scheduler (``scheduler.ready_time``), which this returns; a run in progress is
+        cut before the step the request joins."""
         self._before_change(now)
         self.inbox.append(seq)
         self.num_routed += 1
+        ready = ready_time(self.scheduler.params, now)
         run = self.run
         if run is not None:
             self._sync(now, passed)
             before = run.num_steps
-            run.cut_for_arrival(now, passed)
+            # A step starting at ``ready`` later than now has not started when the request gets there.
+            run.cut_for_arrival(ready, passed and ready == now)
             if run.done:
                 run.finish()
                 self._end_run(run)
             elif run.num_steps != before:
                 self.version += 1
+        return ready
 
     def start_step(self, now: float, ended: list[Sequence]) -> float | None:
         """Admit the inbox and start a step (or a run of steps) at ``now``; the replica's next event,
@@ -326,9 +330,10 @@ class Replica:
             cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
             waiting: list[Sequence] = []
             for seq in self.inbox:
-                if seq.arrival > cutoff:
+                ready = ready_time(sched.params, seq.arrival)
+                if ready > cutoff:
                     waiting.append(seq)
-                    later = min(later, seq.arrival)
+                    later = min(later, ready)
                 elif not sched.add_requests([seq], now):
                     ended.append(seq)
             self.inbox = waiting

@@ -110,6 +110,9 @@ class FleetSimulation:
         # (time, replica index, replica version): each busy replica's next event (stale if the
         # version moved on).
         self.events: list[tuple[float, int, int]] = []
+        # (time, replica index): a routed request reaches that replica's scheduler (after the
+        # API server's per-request work), so an idle replica must start a step then.
+        self.wakeups: list[tuple[float, int]] = []
         # Replicas starting a step at the current instant: those whose step ended (index order),
         # then those that were idle and got a request.
         self.starting: list[Replica] = []
@@ -127,6 +130,7 @@ class FleetSimulation:
         aborts = self.aborts
         replicas = self.replicas
         starting = self.starting
+        wakeups = self.wakeups
         ended: list[Sequence] = []
         while True:
             now = events[0][0] if events else _INF
@@ -134,6 +138,8 @@ class FleetSimulation:
                 now = ready[0][0]
             if aborts and aborts[0][0] < now:
                 now = aborts[0][0]
+            if wakeups and wakeups[0][0] < now:
+                now = wakeups[0][0]
             if now == _INF:
                 break
             # 1. Steps ending now.
@@ -153,6 +159,8 @@ class FleetSimulation:
                 self._ended(ended, now)
             # 2. Sends and aborts now.
             self._sends_and_aborts(now, ended)
+            while wakeups and wakeups[0][0] <= now:
+                self._wake(replicas[heapq.heappop(wakeups)[1]])
             # 3. Step starts now (refusals at admission may free slots and send more).
             k = 0
             while k < len(starting):
@@ -230,8 +238,15 @@ class FleetSimulation:
         self.seqs[i] = seq
         self.replica_of[i] = replica.index
         version = replica.version
-        replica.route(seq, now, self._passed(replica))
+        ready = replica.route(seq, now, self._passed(replica))
         self._changed(replica, version)
+        if ready > now:
+            heapq.heappush(self.wakeups, (ready, replica.index))
+        else:
+            self._wake(replica)
+
+    def _wake(self, replica: Replica) -> None:
+        """An idle replica with a request at its scheduler starts a step now (a busy one at its next)."""
         if not replica.busy and not replica.starting:
             replica.starting = True
             self.starting.append(replica)

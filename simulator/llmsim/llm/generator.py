@@ -157,14 +157,19 @@ class Generator:
         """One plan per choice (``request.n``). Raises :class:`ContextLengthError`."""
         with_ids = self._ids
         prompt_ids: tuple[int, ...] | None = None
-        if with_ids:
+        regex = isinstance(self.tokenizer, RegexTokenizer)
+        if regex or not with_ids:
+            # Counted without building ids (the regex tokenizer's template has fixed costs), so a
+            # prompt far past the context is refused before anything else is spent on it.
+            prompt_tokens = count_prompt_tokens(request)
+        else:
             prompt_ids = prompt_token_ids(request, self.tokenizer)
             prompt_tokens = len(prompt_ids)
-        else:
-            prompt_tokens = count_prompt_tokens(request)
         context = self.context_length
         if prompt_tokens > context:
             raise ContextLengthError.prompt_too_long(context, prompt_tokens)
+        if with_ids and prompt_ids is None:
+            prompt_ids = prompt_token_ids(request, self.tokenizer)
         max_tokens = request.max_tokens
         if max_tokens is not None and prompt_tokens + max_tokens > context:
             raise ContextLengthError.max_tokens_too_large(context, prompt_tokens, max_tokens)

@@ -26,6 +26,19 @@ def test_efficiencies_and_overhead() -> None:
     assert cost.memory_time(10) == pytest.approx((WEIGHTS + 10 * KV_PER_TOKEN) / (BANDWIDTH * 0.8))
 
 
+def test_the_per_sequence_overhead_adds_for_each_sequence_in_the_step() -> None:
+    params = seed_params(step_overhead_s=0.001, step_overhead_per_sequence_s=0.0002)
+    cost = CostModel(params)
+    assert cost.step_duration(1, 1000, 1) == pytest.approx((WEIGHTS + 1000 * KV_PER_TOKEN) / BANDWIDTH + 0.0012)
+    assert cost.step_duration(8192, 8192, 4) == pytest.approx(2 * PARAMS * 8192 / FLOPS + 0.001 + 4 * 0.0002)
+    # Three 16-token prompts prefill in one step (3 sequences), then decode in lockstep: decode
+    # step j computes 3 tokens and reads 3 x (16 + j) tokens of KV.
+    result = simulate(params, [WorkloadItem(0.0, 16, 3)] * 3)
+    for r in result.requests:
+        assert r.ttft == pytest.approx(roofline(48, 48) + 0.001 + 3 * 0.0002, rel=1e-12)
+        assert r.itl == pytest.approx([roofline(3, 3 * (16 + j)) + 0.0016 for j in (1, 2)], rel=1e-12)
+
+
 def test_one_short_request_decodes_at_about_4_5_ms_per_token() -> None:
     # Prompt 16, 10 outputs: decode step j (1..9) computes token 16 + j and reads 16 + j tokens.
     result = simulate(seed_params(), [WorkloadItem(0.0, 16, 10)])

@@ -41,6 +41,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
         enable_prefix_caching=draw(st.booleans()),
         enable_kv_cache_events=True,
         async_scheduling=draw(st.booleans()),
+        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
         lora=lora,
     )
     items = []

@@ -88,9 +88,12 @@ SHARED = tuple(range(1000, 1700))
 
 @pytest.mark.looptime
 @pytest.mark.parametrize("async_scheduling", [False, True])
-async def test_concurrent_clients_see_the_virtual_time_timeline(async_scheduling: bool) -> None:
+@pytest.mark.parametrize("request_overhead", [0.0, 0.0047])
+async def test_concurrent_clients_see_the_virtual_time_timeline(
+    async_scheduling: bool, request_overhead: float
+) -> None:
     # The driver and simulate() share the core: for the same arrivals, the same token times,
-    # prefix-cache hits and admission rules (sync or async scheduling) included.
+    # prefix-cache hits and admission rules (sync or async scheduling, a request overhead) included.
     # Arrivals are whole milliseconds, away from the (irrational) step boundaries.
     workload = [
         WorkloadItem(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
@@ -101,7 +104,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(async_scheduling
         WorkloadItem(1.520, 700, 3, prompt_token_ids=SHARED),
     ]
     rec = Recorder()
-    params = seed_params(async_scheduling=async_scheduling)
+    params = seed_params(async_scheduling=async_scheduling, request_overhead_s=request_overhead)
     engine, clock = await started(params, rec)
 
     async def client(i: int, item: WorkloadItem) -> list[float]:
@@ -433,3 +436,29 @@ async def test_stop_interrupts_a_paced_stream_too() -> None:
     await engine.stop()
     with pytest.raises(RequestAborted):
         await task
+
+
+@pytest.mark.looptime
+async def test_an_attached_sink_takes_each_token_at_its_release_and_refusals_are_queued() -> None:
+    engine, clock = await started(seed_params(), Recorder())
+    arrival = clock.now()
+    (taken,) = await engine.submit([plan(5)], arrival, [RequestId("push")])
+    (refused,) = await engine.submit([plan(5)], arrival, [RequestId("pull")])
+    pushed: list[tuple[float, TokenEvent]] = []
+
+    def sink(event: TokenEvent) -> bool:
+        pushed.append((clock.now(), event))
+        return True
+
+    assert taken.attach(sink)
+    assert refused.attach(lambda event: False)
+    # Everything went to the sink: the consumer's iteration only sees the end of the stream.
+    assert await collect(taken) == []
+    assert [e.index for _, e in pushed] == [0, 1, 2, 3, 4]
+    # Handed over at the step deadline itself (virtual time: the release instant).
+    assert all(t == pytest.approx(e.sim_time, abs=TICK) for t, e in pushed)
+    # A sink that refuses loses nothing: the tokens are pulled instead, in order.
+    assert [e.index for e in await collect(refused)] == [0, 1, 2, 3, 4]
+    await taken.aclose()
+    await refused.aclose()
+    await engine.stop()

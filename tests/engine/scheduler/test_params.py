@@ -46,6 +46,8 @@ def test_weights_that_do_not_fit_are_refused() -> None:
         {"gpu_memory_utilization": 0.0},
         {"compute_efficiency": 1.5},
         {"step_overhead_s": -1.0},
+        {"step_overhead_per_sequence_s": -1e-3},
+        {"request_overhead_s": -1e-3},
         {"max_waiting_requests": 0},
     ],
 )

@@ -64,6 +64,23 @@ def test_with_async_scheduling_an_idle_engine_still_starts_at_the_arrival() -> N
     assert second.arrival + second.queue_time == pytest.approx(1.0 + d(4) + d(5), rel=1e-12)
 
 
+def test_a_request_reaches_the_scheduler_a_request_overhead_after_its_arrival() -> None:
+    # 4 ms of API-server work per request: a (at 0) starts its prefill at 0.004 on an idle GPU;
+    # b arrives at 0.005, reaches the scheduler at 0.009, in the middle of a's prefill
+    # [0.004, 0.004 + d4), and joins the step after it. TTFT and queue time count from the arrival.
+    params = tiny_params(8, request_overhead_s=0.004)
+    result = simulate(params, [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    a, b = result.requests
+    assert result.steps[0].start == 0.004
+    assert a.ttft == pytest.approx(0.004 + d(4), rel=1e-12)
+    assert a.queue_time == pytest.approx(0.004, rel=1e-12)
+    assert b.queue_time == pytest.approx(0.004 + d(4) - 0.005, rel=1e-12)
+    # Step 1 computes a's token 5 and b's 4-token prompt: context 5 + 4.
+    assert b.ttft == pytest.approx(0.004 + d(4) + d(9) - 0.005, rel=1e-12)
+    # The overhead is per request, not per step: a's decode steps follow each other directly.
+    assert a.itl == pytest.approx([d(9), d(6)], rel=1e-12)
+
+
 def test_ties_in_arrival_keep_workload_order() -> None:
     params = tiny_params(8, max_num_sequences=1)
     result = simulate(params, [WorkloadItem(1.0, 4, 1), WorkloadItem(0.0, 4, 1), WorkloadItem(1.0, 4, 1)])

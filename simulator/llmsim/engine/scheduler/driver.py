@@ -37,12 +37,12 @@ from collections.abc import Sequence as Seq
 from contextlib import suppress
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
 
@@ -55,7 +55,7 @@ _ABORTED = SequenceStatus.ABORTED
 class _Stream(Sequence):
     """A sequence plus its consumer's channel; the :class:`TokenStream` the API pulls."""
 
-    __slots__ = ("engine", "events", "in_inbox", "plan", "waiter")
+    __slots__ = ("engine", "events", "in_inbox", "plan", "sink", "waiter")
 
     def __init__(
         self,
@@ -85,6 +85,8 @@ class _Stream(Sequence):
         self.in_inbox = True
         # Set while the consumer waits for the next event.
         self.waiter: asyncio.Future[None] | None = None
+        # Where the step loop hands each token at release, when the consumer asked for pushes.
+        self.sink: TokenSink | None = None
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -116,7 +118,12 @@ class _Stream(Sequence):
 
     async def aclose(self) -> None:
         self.waiter = None
+        self.sink = None
         self.engine.close_stream(self)
+
+    def attach(self, sink: TokenSink) -> bool:
+        self.sink = sink
+        return True
 
     def interrupt(self) -> None:
         """The stream ended under its consumer (abort, stop): let it see that now."""
@@ -175,6 +182,10 @@ class _PacedStream(_Stream):
         if self.sleeper is not None:
             self.sleeper.cancel()
 
+    def attach(self, sink: TokenSink) -> bool:
+        # Each token waits for its own paced deadline on the way out: pulled, never pushed.
+        return False
+
 
 class _Admission:
     """The choices of one request, admitted or refused together when the timeline reaches them."""
@@ -227,6 +238,8 @@ class SchedulerEngine(Engine):
         # LoRA adapters plans may name: name -> (vLLM's lora_int_id, block-hash extra keys).
         self._loras: dict[str, tuple[int, ExtraKeys]] = {}
         self._lora_ids = 0
+        # Which released stream goes first in the next step (see _release).
+        self._rotation = 0
         self.closed = False
         self.failure: BaseException | None = None
         if params.lora is not None:
@@ -329,7 +342,8 @@ class SchedulerEngine(Engine):
         limit = self._params.max_waiting_requests
         loop = asyncio.get_running_loop()
         admission = _Admission(streams, loop.create_future() if limit is not None else None)
-        heapq.heappush(self._inbox, (arrival, self._submitted, admission))
+        # Keyed by when the request reaches the scheduler (its arrival plus the API server's work).
+        heapq.heappush(self._inbox, (ready_time(self._params, arrival), self._submitted, admission))
         self._submitted += 1
         self._num_inbox += len(streams)
         self._live.update(streams)
@@ -420,6 +434,31 @@ class SchedulerEngine(Engine):
                 self._live.difference_update(live)
             admission.decide()
 
+    def _release(self, released: list[_Stream], deadline: float) -> None:
+        """Hand one token to every stream that sampled one, all at the step's deadline.
+
+        Each goes to its consumer's sink right here when it has one and nothing is queued before
+        it (the token is written in this same pass: no task wake-up per stream); otherwise it is
+        queued and its consumer woken. Streams are served in admission order rotated by one each
+        step, so no stream is always the last of a large batch.
+        """
+        observer = self._observer
+        n = len(released)
+        first = self._rotation % n if n else 0
+        self._rotation += 1
+        # Once per released token (up to a thousand per step): one TokenEvent, one call.
+        for k in range(n):
+            stream = released[(first + k) % n]
+            index = stream.num_output_tokens - 1
+            event = TokenEvent(index, stream.plan.tokens[index], deadline)
+            if index == 0:
+                observer.on_first_token(deadline - stream.arrival)
+            sink = stream.sink
+            if sink is not None and not stream.events and sink(event):
+                continue
+            stream.events.append(event)
+            stream.wake()
+
     async def _step_loop(self) -> None:
         sched = self._scheduler
         step_duration = sched.step_duration
@@ -453,13 +492,7 @@ class SchedulerEngine(Engine):
                 await asyncio.sleep(0)
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
-            # Once per released token: one TokenEvent, one wake-up, nothing else allocated.
-            for stream in result.released:
-                index = stream.num_output_tokens - 1
-                stream.events.append(TokenEvent(index, stream.plan.tokens[index], deadline))
-                if index == 0:
-                    observer.on_first_token(deadline - stream.arrival)
-                stream.wake()
+            self._release(result.released, deadline)
             observer.on_step(sched.step_stats(out, step_start, duration, lag))
             for stream in result.finished:
                 stream.wake()  # a plan with no tokens ends without a release

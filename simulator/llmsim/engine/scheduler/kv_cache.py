@@ -233,6 +233,8 @@ class KVCache:
             return
         bs = self.block_size
         start = seq.num_cached_blocks
+        if num_tokens // bs <= start:
+            return  # no block filled since the last call: most decode steps end here
         hashes = seq.ensure_block_hashes(num_tokens, bs)
         end = min(num_tokens // bs, len(hashes))
         if end <= start:

@@ -5,8 +5,9 @@ Units are SI throughout: bytes, bytes/s, FLOP/s, seconds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+import llmsim_capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,12 @@ class SchedulerParams:
     max_waiting_requests: int | None = None
     # Fixed cost added to every step (kernel launches, sampling, scheduling).
     step_overhead_s: float = 0.0
+    # Added to a step for every sequence it schedules (per-sequence work beyond the roofline).
+    step_overhead_per_sequence_s: float = 0.0
+    # Time from a request's arrival to its reaching the scheduler: vLLM's API server parses the
+    # HTTP body, renders the chat template, tokenizes and hands the request to the engine core
+    # over ZMQ before the scheduler can see it (see scheduler.ready_time).
+    request_overhead_s: float = 0.0
     # Achieved fractions of peak FLOP/s and of peak bandwidth.
     compute_efficiency: float = 1.0
     memory_efficiency: float = 1.0
@@ -107,6 +114,10 @@ class SchedulerParams:
                 raise ValueError(f"{name} must be in (0, 1], got {frac}")
         if self.step_overhead_s < 0:
             raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
+        if self.step_overhead_per_sequence_s < 0:
+            raise ValueError(f"step_overhead_per_sequence_s must be >= 0, got {self.step_overhead_per_sequence_s}")
+        if self.request_overhead_s < 0:
+            raise ValueError(f"request_overhead_s must be >= 0, got {self.request_overhead_s}")
         if self.gpu.memory_bandwidth <= 0 or self.gpu.peak_flops <= 0:
             raise ValueError("GPU bandwidth and peak FLOP/s must be > 0")
         if self.model.kv_bytes_per_token < 1:
@@ -127,33 +138,23 @@ def default_limits(gpu: GpuSpec) -> tuple[int, int]:
 
 
 def num_kv_blocks(params: SchedulerParams) -> int:
-    """KV blocks left after the weights: floor((HBM x utilisation - weights) / bytes per block).
+    """KV blocks left after the weights (the formula lives in llmsim_capacity, shared with the operator).
 
     This is vLLM's ``num_gpu_blocks``; block 0 of them is the null block, so requests can use one
-    fewer. Raises ValueError when the weights leave no room for the null block and one more.
+    fewer. Raises ValueError (:class:`llmsim_capacity.CapacityError`) when the weights leave no room
+    for the null block and one more.
     """
-    usable = params.gpu.hbm_bytes * params.gpu_memory_utilization - params.model.weight_bytes
-    block_bytes = params.model.kv_bytes_per_token * params.block_size
-    blocks = math.floor(usable / block_bytes)
-    if blocks <= 1:
-        raise ValueError(
-            f"the weights ({params.model.weight_bytes / 1e9:.2f} GB) leave no room for the KV cache in "
-            f"{params.gpu_memory_utilization:g} x {params.gpu.hbm_bytes / 2**30:g} GiB of HBM "
-            f"(one block of {params.block_size} tokens needs {block_bytes} B)"
-        )
-    return blocks
+    return llmsim_capacity.num_kv_blocks(
+        hbm_bytes=params.gpu.hbm_bytes,
+        gpu_memory_utilization=params.gpu_memory_utilization,
+        weight_bytes=params.model.weight_bytes,
+        kv_bytes_per_token=params.model.kv_bytes_per_token,
+        block_size=params.block_size,
+    )
 
 
 def check_context_fits(params: SchedulerParams, num_blocks: int) -> None:
-    """Refuse a cache that cannot hold one request of the full context length (as vLLM does at startup).
-
-    Without this a lone sequence could outgrow the whole cache and never be scheduled again. The
-    null block is not counted: requests can use ``num_blocks - 1`` blocks.
-    """
-    capacity = (num_blocks - 1) * params.block_size
-    if params.context_length > capacity:
-        raise ValueError(
-            f"context_length {params.context_length} does not fit in the KV cache ({num_blocks} blocks of "
-            f"{params.block_size}, one of them vLLM's null block = {capacity} usable tokens); "
-            "raise gpu_memory_utilization or lower context_length"
-        )
+    """Refuse a cache that cannot hold one request of the full context length, null block excluded (as vLLM does)."""
+    llmsim_capacity.check_context_fits(
+        num_blocks=num_blocks, block_size=params.block_size, context_length=params.context_length
+    )

@@ -101,6 +101,22 @@ class StepResult(Generic[S]):
     finished: list[S] = field(default_factory=list)
 
 
+def ready_time(params: SchedulerParams, arrival: float) -> float:
+    """When a request that arrived at ``arrival`` reaches the scheduler: it joins the first step
+    decided at or after this moment.
+
+    In vLLM a request's own CPU work comes before the scheduler sees it: the API server parses
+    the body, renders the chat template and tokenizes (``OpenAIServing``, the renderer,
+    ``InputProcessor.process_inputs``), registers it with the output processor and sends it to
+    the engine core process over ZMQ (``AsyncLLM._add_request``), whose busy loop adds it to
+    the scheduler's waiting queue before its next step. ``request_overhead_s`` is that whole
+    path, a constant per request; the client's time to first token includes it, the steps do
+    not. Per-token work on the way out (detokenizing, SSE) is paid on every token and is part of
+    the measured inter-token latency the step cost is fitted to.
+    """
+    return arrival + params.request_overhead_s
+
+
 def admission_cutoff(params: SchedulerParams, step_start: float, previous_start: float, busy: bool) -> float:
     """Latest arrival stamp that joins the step starting at ``step_start``.
 
@@ -365,7 +381,7 @@ class Scheduler(Generic[S]):
 
     def step_duration(self, out: SchedulerOutput[S]) -> float:
         """Simulated seconds the step takes: the roofline of its batch, plus adapter loads."""
-        duration = self.cost.step_duration(out.num_tokens, out.num_context_tokens)
+        duration = self.cost.step_duration(out.num_tokens, out.num_context_tokens, len(out.scheduled))
         if out.num_lora_loads:
             duration += out.num_lora_loads * self._lora_load_s
         return duration

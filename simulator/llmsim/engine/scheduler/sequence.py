@@ -46,7 +46,8 @@ class Sequence:
     """One request's scheduling state; compared by identity (request ids may repeat across choices)."""
 
     request_id: RequestId
-    # Stamp on the engine's timeline; a step starting at or after it may schedule the sequence.
+    # Stamp on the engine's timeline; a step decided at or after it plus the request overhead
+    # (scheduler.ready_time) may schedule the sequence. TTFT and queue time count from it.
     arrival: float
     # As reported in stats (may be 0); scheduling uses num_prompt_tokens.
     prompt_tokens: int

@@ -20,7 +20,7 @@ from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
-from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff
+from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary
 from llmsim.engine.scheduler.workload import WorkloadItem
@@ -210,6 +210,8 @@ def _simulate(
     sched: Scheduler[Sequence] = Scheduler(params)
     seqs = _sequences(params, items, sched)
     order = sorted(range(n), key=lambda i: (items[i].arrival, i))
+    # When each request reaches the scheduler (its arrival plus the API server's work).
+    ready = [ready_time(params, it.arrival) for it in items]
     aborts = sorted((max(it.abort_at, it.arrival), i) for i, it in enumerate(items) if it.abort_at is not None)
     added = bytearray(n)
     steps: list[StepStats] = []
@@ -234,14 +236,14 @@ def _simulate(
         if not sched.has_work():
             if nxt == n:
                 break
-            t = max(t, items[order[nxt]].arrival)
+            t = max(t, ready[order[nxt]])
         # Clients gone by the step start never reach the scheduler (as a client that hangs up
         # before its admission is decided, in the live engine): aborts first, then admissions.
         while na < len(aborts) and aborts[na][0] <= t:
             abort(aborts[na][1], aborts[na][0])
             na += 1
         cutoff = admission_cutoff(params, t, previous, bool(sched.running))
-        while nxt < n and items[order[nxt]].arrival <= cutoff:
+        while nxt < n and ready[order[nxt]] <= cutoff:
             i = order[nxt]
             nxt += 1
             if not seqs[i].is_finished and sched.add_requests([seqs[i]], t):
@@ -253,7 +255,7 @@ def _simulate(
                 sched,
                 t,
                 previous,
-                next_arrival=items[order[nxt]].arrival if nxt < n else math.inf,
+                next_arrival=ready[order[nxt]] if nxt < n else math.inf,
                 next_abort=aborts[na][0] if na < len(aborts) else math.inf,
             )
             if run is not None:

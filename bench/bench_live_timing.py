@@ -1,0 +1,281 @@
+"""Live timing of the scheduler engine: server CPU per token against a bare floor, token lag, TTFT fidelity.
+
+Part ``cpu`` (the issue's table): the embedded llama-3.1-8b (scheduler engine, H100), closed-loop
+streams of 64 tokens with ``ignore_eos`` at 32/64/128 concurrent streams, the server pinned to
+core 0 and the load generator (bench/loadgen.py) to core 1, ``--duration`` seconds after a 2 s
+warm-up. In the same run, the same load against bench/floor_server.py (a bare uvicorn SSE server
+writing each token in its own event-loop turn, same chunk size, ITL set to llmsim's simulated
+step) gives the floor. Server CPU = utime + stime from /proc around the load; per delivered
+token. Token lag p50/p99 from llmsim's /metrics/summary (reset after warm-up).
+
+Part ``ttft``: a seeded Poisson workload (``--rate`` req/s, 512-token prompts as token ids, 128
+output tokens) predicted by the virtual-time core (``simulate``, the engine of ``llmsim plan``)
+and replayed open loop against ``llmsim serve``; client TTFT/ITL/E2E p50 against the
+prediction, with the server's own simulated TTFT and lag beside them.
+
+    .venv/bin/python bench/bench_live_timing.py [--part cpu|ttft|all] [--levels 32,64,128] [--rounds 3]
+
+Writes bench/results/live_timing.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.server import free_port, running_server, stop_process  # noqa: E402
+
+MODEL = "llama-3.1-8b"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+SERVER_CORE, CLIENT_CORE = "0", "1"
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def pin(pid: int, core: str) -> None:
+    subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], check=True, capture_output=True)
+
+
+def loadgen(url: str, model: str, concurrency: int, duration: float, max_tokens: int) -> dict[str, Any]:
+    cmd = [
+        "taskset",
+        "-c",
+        CLIENT_CORE,
+        sys.executable,
+        str(ROOT / "bench" / "loadgen.py"),
+        f"--url={url}",
+        f"--model={model}",
+        f"--concurrency={concurrency}",
+        f"--duration={duration}",
+        f"--max-tokens={max_tokens}",
+    ]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+@contextmanager
+def floor_server(itl: float) -> Any:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "floor_server.py"), f"--port={port}", f"--itl={itl}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("floor server did not start")
+            time.sleep(0.05)
+        pin(proc.pid, SERVER_CORE)
+        yield proc, url
+    finally:
+        stop_process(proc)
+
+
+def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
+    levels = [int(x) for x in args.levels.split(",")]
+    rows: dict[str, Any] = {}
+    with ExitStack() as stack:
+        sims: dict[str, tuple[int, str]] = {}
+        roots = {"llmsim": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+        for name, root in roots.items():
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            env = {"PYTHONPATH": str(root / "simulator")}
+            server = stack.enter_context(running_server(tmp, env=env))
+            pin(server.process.pid, SERVER_CORE)
+            sims[name] = (server.process.pid, server.base_url)
+        for level in levels:
+            # The floor streams at llmsim's simulated step for this batch, read from a warm-up run.
+            for _, url in sims.values():
+                loadgen(url, MODEL, level, 2.0, 64)
+            url = sims["llmsim"][1]
+            step = httpx.get(url + "/metrics/summary", timeout=10).json()["models"][MODEL]["itl"]["p50"]
+            floor_proc, floor_url = stack.enter_context(floor_server(step))
+            loadgen(floor_url, MODEL, level, 2.0, 64)
+            targets = [(name, pid, u) for name, (pid, u) in sims.items()] + [("floor", floor_proc.pid, floor_url)]
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
+            for rnd in range(args.rounds):
+                # Rotate the order every round, so drifting background load hits every variant alike.
+                k = rnd % len(targets)
+                for name, pid, u in targets[k:] + targets[:k]:
+                    if name != "floor":
+                        httpx.delete(u + "/metrics/summary", timeout=10)
+                    cpu0 = process_cpu_seconds(pid)
+                    result = loadgen(u, MODEL, level, args.duration, 64)
+                    cpu = process_cpu_seconds(pid) - cpu0
+                    row = {
+                        "cpu_us_per_token": cpu / result["output_tokens"] * 1e6,
+                        "tokens_per_s": result["output_tokens_per_s"],
+                        "client_loop_p99_ms": result["client_loop_lateness_p99_ms"],
+                    }
+                    if name != "floor":
+                        summary = httpx.get(u + "/metrics/summary", timeout=10).json()["models"][MODEL]
+                        row |= {
+                            "lag_p50_ms": summary["lag"]["p50"] * 1e3,
+                            "lag_p99_ms": summary["lag"]["p99"] * 1e3,
+                            "batch_p50": summary["batch_size"]["p50"],
+                            "itl_p50_ms": summary["itl"]["p50"] * 1e3,
+                        }
+                    runs[name].append(row)
+                    print(f"streams={level} round={rnd} {name}: {json.dumps(row)}", flush=True)
+            med: dict[str, Any] = {
+                name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()
+            }
+            floor = med["floor"]["cpu_us_per_token"]
+            med["ratio_to_floor"] = {name: med[name]["cpu_us_per_token"] / floor for name in sims}
+            rows[str(level)] = {"median": med, "runs": runs}
+    print(
+        "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for streams, row in rows.items():
+        m = row["median"]
+        goal = 1.0 + 0.02 * float(streams)
+        for name in m["ratio_to_floor"]:
+            print(
+                f"| {streams} | {name} | {m[name]['tokens_per_s']:,.0f} | {m[name]['cpu_us_per_token']:.1f} | "
+                f"{m['floor']['cpu_us_per_token']:.1f} | {m['ratio_to_floor'][name]:.2f}x | {m[name]['lag_p50_ms']:.2f} ms | "
+                f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms |"
+            )
+    return rows
+
+
+# -- TTFT fidelity --------------------------------------------------------------------------
+
+
+def open_loop_client(url: str, arrivals: list[float], prompt_tokens: int, output_tokens: int) -> list[list[float]]:
+    """Send each request at its scheduled time; return per request [send lateness, ttft, e2e, itl...]."""
+    import aiohttp
+    import uvloop
+
+    async def one(session: aiohttp.ClientSession, t0: float, i: int, out: list[list[float]]) -> None:
+        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+        sent = time.monotonic()
+        ids = [(i * 7919 + k) % 30000 + 1 for k in range(prompt_tokens)]
+        body = {"model": MODEL, "prompt": ids, "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
+        times: list[float] = []
+        rest = b""
+        async with session.post(url + "/v1/completions", json=body) as r:
+            async for data in r.content.iter_any():
+                now = time.monotonic()
+                events = (rest + data).split(b"\n\n")
+                rest = events.pop()
+                times += [now for e in events if e.startswith(b'data: {"id"') and b'"choices":[]' not in e]
+        itls = [b - a for a, b in itertools.pairwise(times)]
+        out[i] = [sent - (t0 + arrivals[i]), times[0] - sent, times[-1] - sent, *itls]
+
+    async def main() -> list[list[float]]:
+        out: list[list[float]] = [[] for _ in arrivals]
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            async with session.get(url + "/health") as r:
+                await r.read()
+            t0 = time.monotonic() + 0.5
+            await asyncio.gather(*(one(session, t0, i, out) for i in range(len(arrivals))))
+        return out
+
+    return uvloop.run(main())
+
+
+def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
+    from llmsim.config import load_models_config
+    from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals, simulate
+    from llmsim.runtime import scheduler_params
+
+    prompt, output = 512, 128
+    arrivals = poisson_arrivals(args.rate, args.ttft_duration, seed=1)
+    sim = simulate(
+        scheduler_params(load_models_config(None), MODEL), [WorkloadItem(t, prompt, output) for t in arrivals]
+    )
+    predicted = {
+        "ttft": statistics.median(r.ttft for r in sim.requests if r.ttft is not None),
+        "itl": statistics.median(sim.itls()),
+        "e2e": statistics.median(sim.e2es()),
+    }
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as server:
+        pin(server.process.pid, SERVER_CORE)
+        out_file = Path(tmp) / "client.json"
+        code = (
+            f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
+            "from bench.bench_live_timing import open_loop_client as c; "
+            f"json.dump(c({server.base_url!r}, {arrivals!r}, {prompt}, {output}), open({str(out_file)!r}, 'w'))"
+        )
+        subprocess.run(["taskset", "-c", CLIENT_CORE, sys.executable, "-c", code], check=True)
+        rows = json.loads(out_file.read_text())
+        summary = httpx.get(server.base_url + "/metrics/summary", timeout=10).json()["models"][MODEL]
+    measured = {
+        "ttft": statistics.median(r[1] for r in rows),
+        "itl": statistics.median(x for r in rows for x in r[3:]),
+        "e2e": statistics.median(r[2] for r in rows),
+    }
+    result = {
+        "rate": args.rate,
+        "requests": len(arrivals),
+        "predicted_ms": {k: v * 1e3 for k, v in predicted.items()},
+        "measured_ms": {k: v * 1e3 for k, v in measured.items()},
+        "diff_pct": {k: (measured[k] / predicted[k] - 1) * 100 for k in predicted},
+        "client_send_lateness_p50_ms": statistics.median(r[0] for r in rows) * 1e3,
+        "server_simulated_ttft_p50_ms": summary["ttft"]["p50"] * 1e3,
+        "server_lag_p50_ms": summary["lag"]["p50"] * 1e3,
+        "server_lag_p99_ms": summary["lag"]["p99"] * 1e3,
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--part", choices=["cpu", "ttft", "all"], default="all")
+    p.add_argument("--levels", default="32,64,128")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--baseline", type=Path, help="source root of another tree (has simulator/) to measure beside this one"
+    )
+    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--ttft-duration", type=float, default=30.0)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "live_timing.json")
+    args = p.parse_args()
+    out: dict[str, Any] = {
+        "benchmark": "live_timing",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+    }
+    if args.part in ("cpu", "all"):
+        out["cpu"] = run_cpu(args)
+    if args.part in ("ttft", "all"):
+        out["ttft"] = run_ttft(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""End-to-end tests: the operator, fleets, a gateway and Prometheus on a real cluster (make e2e)."""

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# `make e2e`: the product as users run it, on a real cluster. Both images are built from our
+# Dockerfiles, the operator is installed with `llmsim-operator manifests`, then the e2e suite runs
+# (operator, fleets, service traffic, a LiteLLM gateway, a Prometheus) and the P5 bench.
+#
+# The cluster, in order of preference:
+#   1. whatever KUBECONFIG (or ~/.kube/config) reaches;
+#   2. with a Docker engine and kind: a kind cluster (e2e/kind-up.sh builds and loads the images);
+#   3. else this machine's one-node Kubernetes from the shared k8s scripts (hack/k8s-scripts.sh finds
+#      them), started with cluster-up.sh; images are built with its build-image.sh (buildah into the
+#      node's containerd).
+# On a reachable cluster the images go in the same way: kind-* contexts by docker build + kind load,
+# the local cluster by build-image.sh; for any other cluster push them yourself and set
+# E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=...
+#
+# Arguments go to pytest (make e2e PYTEST_ARGS="-k gateway").
+# Env: E2E_TAG (e2e), E2E_SIMULATOR_IMAGE, E2E_OPERATOR_IMAGE, E2E_SKIP_BUILD=1, E2E_BENCH=0 (no bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+BIN="${VENV_BIN:-$ROOT/.venv/bin}"
+TAG="${E2E_TAG:-e2e}"
+export E2E_SIMULATOR_IMAGE="${E2E_SIMULATOR_IMAGE:-llmsim:$TAG}"
+export E2E_OPERATOR_IMAGE="${E2E_OPERATOR_IMAGE:-llmsim-operator:$TAG}"
+LOCAL_KUBECONFIG=/tmp/k8s-run/kubeconfig
+T0=$SECONDS
+TIMES=()
+
+say() { echo "[e2e +$((SECONDS - T0))s] $*" >&2; }
+die() {
+    echo "e2e: $*" >&2
+    exit 1
+}
+# timed NAME CMD...: run CMD, remember how long it took.
+timed() {
+    local name="$1" start=$SECONDS rc=0
+    shift
+    "$@" || rc=$?
+    TIMES+=("$name $((SECONDS - start))s")
+    return "$rc"
+}
+
+[[ -x "$BIN/llmsim-operator" ]] || die "$BIN/llmsim-operator missing: run make .venv/.installed-dev first"
+
+reachable() { command -v kubectl >/dev/null 2>&1 && kubectl get --raw /readyz >/dev/null 2>&1; }
+docker_and_kind() { command -v kind >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
+local_cluster() { [[ "$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null)" == https://127.0.0.1:6443 ]] && ctr -n k8s.io version >/dev/null 2>&1; }
+
+# build_image DOCKERFILE TAG: build-image.sh, then check the import ourselves when it says it failed (exit 5):
+# its check `ctr images ls -q | grep -q` under pipefail fails whenever grep exits before ctr is done
+# writing (SIGPIPE), although the image is there.
+build_image() {
+    local rc=0 ref="$2"
+    "$SCRIPTS/build-image.sh" . "$1" "$2" >&2 || rc=$?
+    [[ $ref == */* ]] || ref="docker.io/library/$ref"
+    if [[ $rc == 5 ]] && ctr -n k8s.io images ls -q >"$TMPDIR_E2E/images" && grep -Fxq "$ref" "$TMPDIR_E2E/images"; then
+        say "$ref is in containerd after all (build-image.sh's own check lost a SIGPIPE race)"
+        rc=0
+    fi
+    return "$rc"
+}
+TMPDIR_E2E="$(mktemp -d)"
+trap 'rm -rf "$TMPDIR_E2E"' EXIT
+
+# ---- 1. a cluster
+if reachable; then
+    context="$(kubectl config current-context 2>/dev/null || true)"
+    if [[ $context == kind-* ]]; then
+        LOADER=kind
+    elif local_cluster; then
+        LOADER=local
+    else
+        LOADER=none
+    fi
+    say "using the cluster KUBECONFIG reaches (context ${context:-?}; images: $LOADER)"
+elif docker_and_kind; then
+    LOADER=kind
+    say "no cluster reachable; Docker and kind found: a kind cluster"
+else
+    SCRIPTS="$(hack/k8s-scripts.sh)" || die "no reachable cluster (KUBECONFIG), no Docker engine with kind, and no shared k8s scripts to start one: set LLMSIM_K8S_SCRIPTS"
+    say "no cluster reachable, no Docker engine: the local cluster ($SCRIPTS/cluster-up.sh)"
+    timed cluster timeout 1800 "$SCRIPTS/cluster-up.sh" >&2
+    export KUBECONFIG="$LOCAL_KUBECONFIG"
+    LOADER=local
+fi
+
+# (cluster-up.sh installs Debian's kubectl where none is; anything else needs one on PATH.)
+command -v kubectl >/dev/null 2>&1 || die "kubectl not found on PATH"
+
+# ---- 2. images
+if [[ "${E2E_SKIP_BUILD:-0}" == 1 ]]; then
+    say "E2E_SKIP_BUILD=1: using $E2E_SIMULATOR_IMAGE and $E2E_OPERATOR_IMAGE as they are"
+elif [[ $LOADER == kind ]]; then
+    timed images e2e/kind-up.sh >&2
+elif [[ $LOADER == local ]]; then
+    SCRIPTS="${SCRIPTS:-$(hack/k8s-scripts.sh)}"
+    say "building $E2E_SIMULATOR_IMAGE and $E2E_OPERATOR_IMAGE with $SCRIPTS/build-image.sh"
+    timed image-simulator build_image Dockerfile "$E2E_SIMULATOR_IMAGE"
+    timed image-operator build_image Dockerfile.operator "$E2E_OPERATOR_IMAGE"
+else
+    die "cannot load images into this cluster (neither kind nor the local cluster): push them and set E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=..."
+fi
+
+# ---- 3. the operator, as users install it
+install_operator() {
+    "$BIN/llmsim-operator" manifests --kube-version auto --image "$E2E_OPERATOR_IMAGE" \
+        --simulator-image "$E2E_SIMULATOR_IMAGE" | kubectl apply --server-side --force-conflicts -f - >&2
+    kubectl wait --for condition=established --timeout=60s crd/llmsimulators.llmsim.io >&2
+    # Same tag, maybe a new image: start a fresh pod on it (a no-op rollout would keep the old one).
+    kubectl -n llmsim-system rollout restart deploy/llmsim-operator >&2
+    kubectl -n llmsim-system rollout status deploy/llmsim-operator --timeout=180s >&2
+}
+say "installing the operator with llmsim-operator manifests --kube-version auto"
+timed install install_operator
+
+# ---- 4. the suite, the gateway it needs, the bench
+timed gateway-venv hack/gateway-venv.sh >/dev/null
+LITELLM="$(hack/gateway-venv.sh 2>/dev/null)"
+export E2E=1 E2E_LITELLM="$LITELLM"
+say "pytest e2e"
+status=0
+timed tests "$BIN/pytest" e2e -p no:cacheprovider "$@" || status=$?
+if [[ $status == 0 && "${E2E_BENCH:-1}" != 0 ]]; then
+    say "P5 bench: 100 LLMSimulators with 0 replicas"
+    timed bench-p5 "$BIN/python" bench/bench_operator_fleet.py || status=$?
+fi
+say "timings: ${TIMES[*]} total $((SECONDS - T0))s"
+exit "$status"
