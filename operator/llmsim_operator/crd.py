@@ -175,7 +175,7 @@ _SCHEDULER = _obj(
         },
         "asyncScheduling": {
             "type": "boolean",
-            "description": "Schedule step k+1 while step k runs (async_scheduling; default on, as vLLM 0.33+).",
+            "description": "Schedule step k+1 while step k runs (async_scheduling; default on, as in vLLM since late 2025).",
         },
     },
     default={},

@@ -70,7 +70,7 @@ class SchedulerSection(_Section):
     max_num_sequences: PositiveInt | None = None
     # Waiting requests beyond this get 503 (None: unbounded, as vLLM by default).
     max_waiting_requests: PositiveInt | None = None
-    # vLLM 0.33+'s default: step k+1 is scheduled while step k runs (one step of admission lookahead).
+    # vLLM's default since late 2025 (vllm-project/vllm#27614): step k+1 is scheduled while step k runs (one step of admission lookahead).
     async_scheduling: bool = True
 
 

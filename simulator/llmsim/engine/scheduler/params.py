@@ -88,7 +88,7 @@ class SchedulerParams:
     lora: LoraParams | None = None
     # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
     # while running sequences keep the GPU busy joins one step later than with synchronous
-    # scheduling. Off here (the plain timeline); runtime.py turns it on as vLLM 0.33+ does.
+    # scheduling. Off here (the plain timeline); runtime.py turns it on, as vLLM does by default since late 2025.
     async_scheduling: bool = False
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ One step, FCFS:
 
 Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_cache_manager.py):
 
-- Async scheduling (``SchedulerParams.async_scheduling``, vLLM 0.33+'s default) is modelled by its
+- Async scheduling (``SchedulerParams.async_scheduling``, vLLM's default since late 2025) is modelled by its
   effect on admission only (the drivers admit arrivals up to the start of the previous step while
   running sequences keep the pipeline full: :func:`admission_cutoff`). Not modelled: the CPU time
   it hides (``step_overhead_s`` is the per-step cost as measured on such a server), the blocks of
