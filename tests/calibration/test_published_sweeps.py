@@ -200,3 +200,33 @@ def test_the_shipped_table_is_what_llmsim_calibrate_fits() -> None:
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "the table matches the fit" in done.stdout
+
+
+def plan_summary(config: Path, model: str, concurrency: int, prompt: int, output: int, out: Path) -> dict[str, Any]:
+    args = ["plan", "--config", str(config), "--model", model, "--concurrency", str(concurrency)]
+    args += ["--num-requests", str(20 * concurrency), "--prompt-tokens", str(prompt), "--output-tokens", str(output)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([*args, "--json", str(out)]) == 0
+    summary: dict[str, Any] = json.loads(out.read_text())["summary"]
+    return summary
+
+
+def test_the_a100_sweeps_headline_gain_at_eight_streams(tmp_path: Path) -> None:
+    # A2's other published claim (its CSV's header): "a 6.6x gain [in throughput at C=8] with almost no
+    # latency cost", `vllm bench serve` 1,024 -> 128 with --num-prompts 20 x C. llmsim, with the profile
+    # alone: ITL p50 at C=8 within the 10 % bound of C=1's ("almost no latency cost"), and the gain 5.85x,
+    # 11 % short of 6.6x. Documented rather than fitted: every new request's 1,024-token prefill is a
+    # compute-bound chunk in the other seven's decode steps, timed at the compute efficiency borrowed
+    # from A4 (no A2 point pins it; even 1.0 gives 6.39x), and the post does not say whether its gain
+    # is over C=1's output throughput (TTFT included) or its 75 tok/s decode rate. Bound: 15 %.
+    sweep = SWEEPS["A2"]
+    config = tmp_path / "A2.yml"
+    config.write_text(models_yaml(sweep))
+    one = plan_summary(config, "A2", 1, 1024, 128, tmp_path / "c1.json")
+    eight = plan_summary(config, "A2", 8, 1024, 128, tmp_path / "c8.json")
+    gain = eight["output_tokens_per_s"] / one["output_tokens_per_s"]
+    itl_cost = eight["itl"]["p50"] / one["itl"]["p50"] - 1
+    print(f"A2: throughput gain at C=8 {gain:.2f}x (published 6.6x), ITL p50 {itl_cost:+.1%}")
+    assert eight["num_preemptions"] == 0
+    assert abs(itl_cost) <= BOUNDS["itl"]
+    assert abs(gain - 6.6) / 6.6 <= 0.15
