@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,22 +41,36 @@ def wait_for(
     what: str,
     timeout: float = WAIT,
 ) -> dict[str, Any] | None:
-    """Watch one object until ``predicate(object or None)`` holds; return it. Fails after ``timeout``."""
+    """Watch one object until ``predicate(object or None)`` holds; return it. Fails after ``timeout``.
+
+    A watch whose resource version has expired (410 Gone: the API server's watch cache of a kind whose
+    CRD was just established can start past the listing's version) lists again and watches from there.
+    """
     resource = dyn.resources.get(api_version=api_version, kind=kind)
-    listing = resource.get(namespace=namespace, field_selector=f"metadata.name={name}")
-    current = listing.items[0].to_dict() if listing.items else None
-    last = current
-    if predicate(current):
-        return current
-    for event in resource.watch(
-        namespace=namespace, name=name, resource_version=listing.metadata.resourceVersion, timeout=int(timeout)
-    ):
-        if event["type"] == "ERROR":
-            raise AssertionError(f"watch error while waiting for {what}: {event['raw_object']}")
-        current = None if event["type"] == "DELETED" else event["raw_object"]
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while (left := deadline - time.monotonic()) > 0:
+        listing = resource.get(namespace=namespace, field_selector=f"metadata.name={name}")
+        current = listing.items[0].to_dict() if listing.items else None
         last = current
         if predicate(current):
             return current
+        try:
+            for event in resource.watch(
+                namespace=namespace,
+                name=name,
+                resource_version=listing.metadata.resourceVersion,
+                timeout=max(1, int(left)),
+            ):
+                if event["type"] == "ERROR":
+                    raise AssertionError(f"watch error while waiting for {what}: {event['raw_object']}")
+                current = None if event["type"] == "DELETED" else event["raw_object"]
+                last = current
+                if predicate(current):
+                    return current
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
     raise AssertionError(f"{kind} {namespace}/{name}: timed out after {timeout:.0f}s waiting for {what}; last: {last}")
 
 
