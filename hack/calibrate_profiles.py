@@ -26,19 +26,13 @@ from typing import Any
 
 import yaml
 
+from llmsim.calibration import KNOBS
 from llmsim.cli import main as llmsim
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "calibration" / "data"
 INDEX = DATA / "sweeps.yml"
 TABLE = ROOT / "simulator" / "llmsim" / "data" / "calibrated_timing.yml"
-KNOBS = (
-    "efficiency.compute",
-    "efficiency.memory",
-    "latency.step_overhead_ms",
-    "latency.step_overhead_per_sequence_ms",
-    "latency.request_overhead_ms",
-)
 NEUTRAL = {"efficiency.compute": 1.0, "efficiency.memory": 1.0}
 # Rounding of the shipped values (and the tolerance of --check).
 DIGITS = 4

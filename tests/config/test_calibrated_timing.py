@@ -16,17 +16,10 @@ import yaml
 
 from llmsim.cli import main
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
+from llmsim.config.calibrated_timing import TIMING_KNOBS as KNOBS
 from llmsim.config.loader import parse_models_config
 from llmsim.engine.scheduler import WorkloadItem, simulate
 from llmsim.runtime import scheduler_params
-
-KNOBS = (
-    "efficiency.compute",
-    "efficiency.memory",
-    "latency.step_overhead_ms",
-    "latency.step_overhead_per_sequence_ms",
-    "latency.request_overhead_ms",
-)
 
 
 def data_file(name: str) -> Any:

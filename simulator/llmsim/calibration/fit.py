@@ -39,17 +39,12 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from llmsim.calibration.measurement import METRICS, Measurement
+from llmsim.config.calibrated_timing import TIMING_KNOBS
 from llmsim.engine.scheduler import SchedulerParams
 from llmsim.fleet import FleetRequest, FleetSpec, FleetWorkload, Prompt, ReplicaGroup, RouterSpec, simulate_fleet
 
 #: The knobs, as models.yml names them, in the solver's order.
-KNOBS = (
-    "efficiency.compute",
-    "efficiency.memory",
-    "latency.step_overhead_ms",
-    "latency.step_overhead_per_sequence_ms",
-    "latency.request_overhead_ms",
-)
+KNOBS = TIMING_KNOBS
 # When the data cannot separate knobs, hold them in this order (the memory efficiency is what
 # decode-heavy measurements pin best; the request overhead is what TTFT minus a step pins; the
 # per-sequence overhead is the slope of TPOT over concurrency).
