@@ -26,7 +26,6 @@ import heapq
 import math
 import random
 from collections import deque
-from operator import sub
 
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.virtual import collector_paused
@@ -288,8 +287,6 @@ class FleetSimulation:
         replica = self.replicas[self.replica_of[i]]
         times = seq.token_times
         n = len(times)
-        if n > 1:
-            replica.itl_gaps.update(map(sub, times[1:], times[:-1]))
         stats = seq.to_stats()
         rejected = seq.status is SequenceStatus.REJECTED
         self.outcomes[i] = RequestOutcome(

@@ -431,6 +431,7 @@ class DecodeRun(Generic[S]):
         """Apply starts up to ``num_starts`` and ends up to ``num_ends``, interleaved as in time."""
         kv = self.sched.kv
         finishing = self._finishing
+        gaps = self.sched.itl_gaps
         first = self.num_starts
         # Once per step of the run: a start (allocations every block_size steps per sequence)
         # and an end (nothing, unless someone finishes).
@@ -448,12 +449,30 @@ class DecodeRun(Generic[S]):
                 j = self.num_ends
                 if j >= num_ends:
                     break
+                if gaps is not None:
+                    self._count_gaps(j, gaps)
                 if j in finishing:
                     self._end(j)
                 self.num_ends = j + 1
                 if on_end is not None:
                     on_end(j)
         self.sched.num_steps += self.num_starts - first
+
+    def _count_gaps(self, j: int, gaps: dict[float, int]) -> None:
+        """The inter-token gaps of step ``j``'s releases (before its finishes extend any token times).
+
+        Every sequence of step ``j > 0`` released its previous token at the end of step ``j - 1``:
+        one gap, as many times as the batch; in step 0 each has its own previous release.
+        """
+        ends = self.ends
+        end = ends[j]
+        if j:
+            gap = end - ends[j - 1]
+            gaps[gap] = gaps.get(gap, 0) + self.batch[j]
+            return
+        for seq in self.seqs:
+            gap = end - seq.token_times[-1]
+            gaps[gap] = gaps.get(gap, 0) + 1
 
     def _start(self, j: int) -> None:
         """Step ``j`` is scheduled: its block allocations and cache stores, in batch order."""

@@ -186,24 +186,41 @@ class KVCache:
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow ``seq`` to hold ``num_new_tokens`` more tokens; False (and no change) if blocks are short."""
-        need = self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.blocks)
+        held = seq.blocks
+        need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(held)
         if need <= 0:
             return True
         free = self._free
         if need > len(free):
             return False
-        ref = self._ref
+        if need == 1:
+            return self.allocate_block(seq)
+        # A prompt's blocks: popped in one comprehension, then evicted and counted in tight loops
+        # (the same order of pops and evictions as one block at a time).
+        popitem = free.popitem
+        new = [popitem(False)[0] for _ in range(need)]
         block_hash = self._hash
-        held = seq.blocks
-        # At most one block per block_size tokens: rare on the decode path.
-        for _ in range(need):
-            block, _ = free.popitem(last=False)
-            assert ref[block] == 0, f"block {block} is free and held at once"
+        for block in new:
             if block_hash[block] is not None:
                 self._evict(block)
+        ref = self._ref
+        for block in new:
             ref[block] = 1
-            held.append(block)
+        held += new
         self._num_held += need
+        return True
+
+    def allocate_block(self, seq: Sequence) -> bool:
+        """Give ``seq`` one more block (a decode step crossing a block boundary); False if none is free."""
+        free = self._free
+        if not free:
+            return False
+        block = free.popitem(False)[0]
+        if self._hash[block] is not None:
+            self._evict(block)
+        self._ref[block] = 1
+        seq.blocks.append(block)
+        self._num_held += 1
         return True
 
     def _evict(self, block: int) -> None:
@@ -269,29 +286,38 @@ class KVCache:
             )
 
     def free(self, seq: Sequence) -> None:
-        """Return every block ``seq`` holds to the pool, in vLLM's order (tail first)."""
+        """Return every block ``seq`` holds to the pool, in vLLM's order (tail first).
+
+        A held block is in the prefix cache exactly when it is among the sequence's first
+        ``num_cached_blocks`` (hit or stored by it; a block popped for it was evicted first), and
+        only those can be shared: the others go back to the front of the queue, unhashed, at once.
+        """
         ref = self._ref
-        block_hash = self._hash
-        caching = self.enable_caching
-        first: list[int] = []
-        last: list[int] = []
-        for block in reversed(seq.blocks):
-            assert ref[block] > 0, f"block {block} freed but not held"
-            ref[block] -= 1
-            if ref[block] == 0:
-                if caching and block_hash[block] is not None:
-                    last.append(block)
-                else:
-                    first.append(block)
+        blocks = seq.blocks
+        n = seq.num_cached_blocks if self.enable_caching else 0
         free = self._free
-        # Reused first, in the order given: prepend from the back.
-        for block in reversed(first):
+        tail = blocks[n:]
+        # Reused first, the sequence's last block at the very front: prepend in token order.
+        move = free.move_to_end
+        for block in tail:
+            ref[block] = 0
             free[block] = None
-            free.move_to_end(block, last=False)
-        for block in last:
-            free[block] = None
-        self._num_held -= len(first) + len(last)
-        seq.blocks.clear()
+            move(block, False)
+        if n:
+            cached = blocks[:n]
+            cached.reverse()
+            last: list[int] = []
+            for block in cached:
+                count = ref[block] - 1
+                ref[block] = count
+                if not count:
+                    last.append(block)
+            # Evicted last, least recently freed first: a chain's tail before its prefix.
+            free.update(dict.fromkeys(last))
+            self._num_held -= len(tail) + len(last)
+        else:
+            self._num_held -= len(tail)
+        blocks.clear()
         seq.num_cached_blocks = 0
 
     def reset_prefix_cache(self) -> bool:
@@ -352,6 +378,10 @@ class KVCache:
         hashed = {b: h for b, h in enumerate(self._hash) if h is not None}
         if mapped != hashed:
             raise AssertionError("the cache map disagrees with the blocks' hashes")
+        for seq in holders:
+            # What free() relies on: a held block is cached iff it is among the first num_cached_blocks.
+            if any(self._hash[b] is not None for b in seq.blocks[seq.num_cached_blocks :]):
+                raise AssertionError(f"sequence {seq.request_id} holds a cached block past its cached ones")
         for seq in holders:
             if seq.num_cached_blocks > len(seq.blocks):
                 raise AssertionError(f"sequence {seq.request_id} has more cached blocks than blocks")
