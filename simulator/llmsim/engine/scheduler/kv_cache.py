@@ -30,11 +30,18 @@ vLLM's rules, read from ``vllm/v1/core/block_pool.py`` and ``kv_cache_manager.py
 
 Invariants (checked every step, O(1)): ``free + held == N - 1``; a block is free iff its
 reference count is 0. :meth:`KVCache.audit` checks everything, for tests.
+
+The free queue is vLLM's order in a cheaper shape (vLLM keeps a doubly linked list of blocks,
+one Python object per block): a list read from a head index, so a request's blocks are popped as
+one slice, a freed request's cached blocks appended in one call and its uncached ones written in
+front of the head in one slice assignment. A hit on a free block (the only removal from the
+middle) leaves its entry in place, marked stale: the pop that reaches it skips it. A block's
+stale entries always come before its live one (a hit block is cached, so it goes back to the
+tail when freed, and the front only ever receives uncached blocks, which have no stale entries).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 
@@ -43,6 +50,10 @@ from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEve
 
 #: Block 0, never allocated (vLLM's null block: padding for skipped attention blocks).
 NULL_BLOCK = 0
+
+#: Consumed entries at the front of the free queue's list beyond which (and beyond half the list)
+#: they are dropped.
+COMPACT_AFTER = 4096
 
 
 class KVCache:
@@ -62,10 +73,13 @@ class KVCache:
 
     __slots__ = (
         "_cached",
-        "_free",
         "_hash",
+        "_head",
         "_num_held",
+        "_num_stale",
+        "_queue",
         "_ref",
+        "_stale",
         "block_size",
         "enable_caching",
         "events",
@@ -87,9 +101,12 @@ class KVCache:
         self._ref[NULL_BLOCK] = 1
         # Hash of a block that is (or was, until evicted) a cached full block.
         self._hash: list[bytes | None] = [None] * num_blocks
-        # The free queue: an OrderedDict is a doubly linked list in C (O(1) pop at either end,
-        # removal from the middle when a hit takes a free block, insertion at either end).
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        # The free queue: entries _queue[_head:], front first; stale entries (hits taken off the
+        # middle) counted per block in _stale and in all in _num_stale (see the module's notes).
+        self._queue: list[int] = list(range(1, num_blocks))
+        self._head = 0
+        self._stale = [0] * num_blocks
+        self._num_stale = 0
         # Cached full blocks by hash: one block id, or a list when identical blocks were computed twice.
         self._cached: dict[bytes, int | list[int]] = {}
         self._num_held = 0
@@ -100,12 +117,12 @@ class KVCache:
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take: never held, or held once and now only cached."""
-        return len(self._free)
+        return self.num_usable_blocks - self._num_held
 
     @property
     def num_used(self) -> int:
         """Blocks held by some sequence (the null block excluded)."""
-        return self.num_usable_blocks - len(self._free)
+        return self._num_held
 
     @property
     def usage(self) -> float:
@@ -174,10 +191,11 @@ class KVCache:
         assert not seq.blocks, "a hit starts a sequence that holds nothing"
         assert seq.num_computed_tokens == 0, "a hit starts a sequence with nothing computed"
         ref = self._ref
-        free = self._free
         for b in hits:
             if ref[b] == 0:
-                del free[b]
+                # Off the free queue: its entry stays, stale, until a pop reaches it.
+                self._stale[b] += 1
+                self._num_stale += 1
                 self._num_held += 1
             ref[b] += 1
         seq.blocks.extend(hits)
@@ -190,38 +208,50 @@ class KVCache:
         need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(held)
         if need <= 0:
             return True
-        free = self._free
-        if need > len(free):
+        if need > self.num_usable_blocks - self._num_held:
             return False
-        if need == 1:
-            return self.allocate_block(seq)
-        # A prompt's blocks: popped in one comprehension, then evicted and counted in tight loops
-        # (the same order of pops and evictions as one block at a time).
-        popitem = free.popitem
-        new = [popitem(False)[0] for _ in range(need)]
-        block_hash = self._hash
-        for block in new:
-            if block_hash[block] is not None:
-                self._evict(block)
-        ref = self._ref
-        for block in new:
-            ref[block] = 1
-        held += new
-        self._num_held += need
+        held += self._pop(need)
         return True
 
     def allocate_block(self, seq: Sequence) -> bool:
         """Give ``seq`` one more block (a decode step crossing a block boundary); False if none is free."""
-        free = self._free
-        if not free:
+        if self._num_held == self.num_usable_blocks:
             return False
-        block = free.popitem(False)[0]
-        if self._hash[block] is not None:
-            self._evict(block)
-        self._ref[block] = 1
-        seq.blocks.append(block)
-        self._num_held += 1
+        seq.blocks += self._pop(1)
         return True
+
+    def _pop(self, count: int) -> list[int]:
+        """Take ``count`` blocks (at most the free ones) from the front of the free queue, evicting
+        the cached ones (vLLM's ``get_new_blocks``)."""
+        queue = self._queue
+        head = self._head
+        if not self._num_stale:
+            new = queue[head : head + count]
+            head += count
+        else:
+            stale = self._stale
+            new = []
+            while len(new) < count:
+                block = queue[head]
+                head += 1
+                if stale[block]:
+                    stale[block] -= 1
+                    self._num_stale -= 1
+                else:
+                    new.append(block)
+        if head > COMPACT_AFTER and head > len(queue) >> 1:
+            # Drop the consumed entries now and then: amortized O(1) per block.
+            del queue[:head]
+            head = 0
+        self._head = head
+        self._num_held += count
+        ref = self._ref
+        block_hash = self._hash
+        for block in new:
+            if block_hash[block] is not None:
+                self._evict(block)
+            ref[block] = 1
+        return new
 
     def _evict(self, block: int) -> None:
         """Forget a cached block that is being reused (vLLM's ``_maybe_evict_cached_block``)."""
@@ -295,30 +325,43 @@ class KVCache:
         ref = self._ref
         blocks = seq.blocks
         n = seq.num_cached_blocks if self.enable_caching else 0
-        free = self._free
         tail = blocks[n:]
-        # Reused first, the sequence's last block at the very front: prepend in token order.
-        move = free.move_to_end
-        for block in tail:
-            ref[block] = 0
-            free[block] = None
-            move(block, False)
+        num_freed = len(tail)
+        if tail:
+            for block in tail:
+                ref[block] = 0
+            # Reused first, the sequence's last block at the very front. Every such block was
+            # popped from the front, so the head has room for them (module notes).
+            head = self._head - num_freed
+            if head < 0:
+                self._queue[0:0] = [0] * -head
+                head = 0
+            self._queue[head : head + num_freed] = tail[::-1]
+            self._head = head
         if n:
-            cached = blocks[:n]
-            cached.reverse()
             last: list[int] = []
-            for block in cached:
+            for block in reversed(blocks[:n]):
                 count = ref[block] - 1
                 ref[block] = count
                 if not count:
                     last.append(block)
             # Evicted last, least recently freed first: a chain's tail before its prefix.
-            free.update(dict.fromkeys(last))
-            self._num_held -= len(tail) + len(last)
-        else:
-            self._num_held -= len(tail)
+            self._queue += last
+            num_freed += len(last)
+        self._num_held -= num_freed
         blocks.clear()
         seq.num_cached_blocks = 0
+
+    def free_queue(self) -> list[int]:
+        """The free blocks, next to be allocated first (for checks: O(N))."""
+        stale = self._stale.copy()
+        live: list[int] = []
+        for block in self._queue[self._head :]:
+            if stale[block]:
+                stale[block] -= 1
+            else:
+                live.append(block)
+        return live
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block; only possible while no block is held (as vLLM)."""
@@ -342,7 +385,9 @@ class KVCache:
 
     def check(self) -> None:
         """Cheap conservation check (O(1)), run at the end of every step."""
-        assert len(self._free) + self._num_held == self.num_usable_blocks, "KV blocks leaked or double-counted"
+        assert len(self._queue) - self._head - self._num_stale + self._num_held == self.num_usable_blocks, (
+            "KV blocks leaked or double-counted"
+        )
 
     def cached_hashes(self) -> dict[bytes, int]:
         """Every cached hash with the number of blocks cached under it (what KV events rebuild)."""
@@ -361,8 +406,8 @@ class KVCache:
                 counts[b] += 1
         if counts != self._ref:
             raise AssertionError("reference counts disagree with the holders")
-        free = list(self._free)
-        if len(set(free)) != len(free) or NULL_BLOCK in self._free:
+        free = self.free_queue()
+        if len(set(free)) != len(free) or NULL_BLOCK in free:
             raise AssertionError("the free queue holds a block twice, or the null block")
         if {b for b in range(1, self.num_blocks) if counts[b] == 0} != set(free):
             raise AssertionError("a block is both free and held, or neither")
