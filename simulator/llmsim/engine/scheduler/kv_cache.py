@@ -220,6 +220,15 @@ class KVCache:
         seq.blocks += self._pop(1)
         return True
 
+    def append_blocks(self, seqs: Seq[Sequence]) -> bool:
+        """Give each of ``seqs`` one more block, in that order (a decode step's boundary crossings,
+        in batch order); False (and no change) if fewer blocks are free."""
+        if len(seqs) > self.num_usable_blocks - self._num_held:
+            return False
+        for seq, block in zip(seqs, self._pop(len(seqs)), strict=True):
+            seq.blocks.append(block)
+        return True
+
     def _pop(self, count: int) -> list[int]:
         """Take ``count`` blocks (at most the free ones) from the front of the free queue, evicting
         the cached ones (vLLM's ``get_new_blocks``)."""
@@ -286,22 +295,34 @@ class KVCache:
         end = min(num_tokens // bs, len(hashes))
         if end <= start:
             return
-        blocks = seq.blocks
+        blocks = seq.blocks[start:end]
+        new = hashes[start:end]
         block_hash = self._hash
-        cached = self._cached
-        for i in range(start, end):
-            block = blocks[i]
-            h = hashes[i]
+        for block, h in zip(blocks, new, strict=True):
             assert block_hash[block] is None, f"block {block} cached twice"
             block_hash[block] = h
-            entry = cached.get(h)
-            if entry is None:
-                cached[h] = block
-            elif type(entry) is int:
-                cached[h] = [entry, block]
-            else:
-                assert isinstance(entry, list)
-                entry.append(block)
+        cached = self._cached
+        size = len(cached)
+        # Hashes nobody has cached (nearly always): one C-level update. Identical blocks computed
+        # twice (vLLM keeps both under one hash) take the loop.
+        fresh = cached.keys().isdisjoint(new)
+        if fresh:
+            cached.update(zip(new, blocks, strict=True))
+            if len(cached) != size + len(new):
+                # A hash repeated within ``new`` itself: undo (none of them was there) and loop.
+                for h in new:
+                    cached.pop(h, None)
+                fresh = False
+        if not fresh:
+            for block, h in zip(blocks, new, strict=True):
+                entry = cached.get(h)
+                if entry is None:
+                    cached[h] = block
+                elif type(entry) is int:
+                    cached[h] = [entry, block]
+                else:
+                    assert isinstance(entry, list)
+                    entry.append(block)
         seq.num_cached_blocks = end
         if self.events is not None:
             self.events.append(
