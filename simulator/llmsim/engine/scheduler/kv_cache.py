@@ -256,27 +256,29 @@ class KVCache:
         self._num_held += count
         ref = self._ref
         block_hash = self._hash
+        cached = self._cached
+        events = self.events
+        # Once per block allocated: a cached block is evicted as it is reused (most are, with caching on).
         for block in new:
-            if block_hash[block] is not None:
-                self._evict(block)
+            h = block_hash[block]
+            if h is not None:
+                block_hash[block] = None
+                entry = cached[h]
+                if type(entry) is int:
+                    del cached[h]
+                else:
+                    self._evict_duplicate(h, entry, block)
+                if events is not None:
+                    events.append(BlockRemoved((h,)))
             ref[block] = 1
         return new
 
-    def _evict(self, block: int) -> None:
-        """Forget a cached block that is being reused (vLLM's ``_maybe_evict_cached_block``)."""
-        h = self._hash[block]
-        assert h is not None
-        self._hash[block] = None
-        entry = self._cached[h]
-        if type(entry) is int:
-            del self._cached[h]
-        else:
-            assert isinstance(entry, list)
-            entry.remove(block)
-            if len(entry) == 1:
-                self._cached[h] = entry[0]
-        if self.events is not None:
-            self.events.append(BlockRemoved((h,)))
+    def _evict_duplicate(self, h: bytes, entry: int | list[int], block: int) -> None:
+        """Forget ``block``, one of identical blocks cached under ``h`` (vLLM's ``_maybe_evict_cached_block``)."""
+        assert isinstance(entry, list)
+        entry.remove(block)
+        if len(entry) == 1:
+            self._cached[h] = entry[0]
 
     def cache_blocks(self, seq: Sequence, num_tokens: int) -> None:
         """Put ``seq``'s full blocks among its first ``num_tokens`` tokens in the prefix cache.
