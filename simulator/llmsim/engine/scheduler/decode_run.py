@@ -162,7 +162,7 @@ class DecodeRun(Generic[S]):
         self.batch: list[int] = []
         self.context: list[int] = []
         # Most blocks in use during any started step (after its allocations).
-        self.peak_used = 0
+        self.peak_used = sched.kv.num_used
         # Positions finishing at the end of each step (running order), and those steps in order.
         self._finishing: dict[int, list[int]] = {}
         self._finish_steps: list[int] = []
@@ -433,6 +433,8 @@ class DecodeRun(Generic[S]):
         kv = self.sched.kv
         finishing = self._finishing
         gaps = self.sched.itl_gaps
+        ends = self.ends
+        batch = self.batch
         first = self.num_starts
         # Once per step of the run: a start (allocations every block_size steps per sequence)
         # and an end (nothing, unless someone finishes).
@@ -441,17 +443,21 @@ class DecodeRun(Generic[S]):
                 j = self.num_starts
                 if j >= num_starts:
                     break
-                self._start(j)
                 self.num_starts = j + 1
-                used = kv.num_used
-                if used > self.peak_used:
-                    self.peak_used = used
+                # Blocks in use only grow at a start that allocates.
+                if self._start(j) and kv.num_used > self.peak_used:
+                    self.peak_used = kv.num_used
             else:
                 j = self.num_ends
                 if j >= num_ends:
                     break
                 if gaps is not None:
-                    self._count_gaps(j, gaps)
+                    if j:
+                        # Every sequence of the step released its previous token at the end of the one before.
+                        gap = ends[j] - ends[j - 1]
+                        gaps[gap] = gaps.get(gap, 0) + batch[j]
+                    else:
+                        self._count_gaps(gaps)
                 if j in finishing:
                     self._end(j)
                 self.num_ends = j + 1
@@ -459,18 +465,10 @@ class DecodeRun(Generic[S]):
                     on_end(j)
         self.sched.num_steps += self.num_starts - first
 
-    def _count_gaps(self, j: int, gaps: dict[float, int]) -> None:
-        """The inter-token gaps of step ``j``'s releases (before its finishes extend any token times).
-
-        Every sequence of step ``j > 0`` released its previous token at the end of step ``j - 1``:
-        one gap, as many times as the batch; in step 0 each has its own previous release.
-        """
-        ends = self.ends
-        end = ends[j]
-        if j:
-            gap = end - ends[j - 1]
-            gaps[gap] = gaps.get(gap, 0) + self.batch[j]
-            return
+    def _count_gaps(self, gaps: dict[float, int]) -> None:
+        """The inter-token gaps of step 0's releases (before a finish extends any token times):
+        each sequence's own previous release, usually the end of the step before the run."""
+        end = self.ends[0]
         previous = [seq.token_times[-1] for seq in self.seqs]
         if previous.count(previous[0]) == len(previous):
             # All released at the end of the step before (the usual case): one gap.
@@ -481,8 +479,9 @@ class DecodeRun(Generic[S]):
             gap = end - before
             gaps[gap] = gaps.get(gap, 0) + 1
 
-    def _start(self, j: int) -> None:
-        """Step ``j`` is scheduled: its block allocations and cache stores, in batch order."""
+    def _start(self, j: int) -> bool:
+        """Step ``j`` is scheduled: its block allocations and cache stores, in batch order. False if
+        it has none (most steps)."""
         sched = self.sched
         if j in self._lora_steps:
             # The same touches _make_output makes for this batch (the LRU order of adapters).
@@ -495,7 +494,7 @@ class DecodeRun(Generic[S]):
         allocs = self._allocs[r]
         stores = self._stores[r]
         if not allocs and not stores:
-            return
+            return False
         seqs = self.seqs
         c0 = self._c0
         last = self._last
@@ -504,7 +503,7 @@ class DecodeRun(Generic[S]):
             # (Their computed tokens are brought up to date when the run ends or stops.)
             allocated = kv.append_blocks([seqs[p] for p in allocs if last[p] >= j])
             assert allocated, "a run never allocates more than the free blocks"
-            return
+            return True
         # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.
         known = self._known
         allocating = set(allocs)
@@ -518,6 +517,7 @@ class DecodeRun(Generic[S]):
                 assert allocated, "a run never allocates more than the free blocks"
             if c0[p] + j + 1 <= known[p] and (c0[p] + j + 1) % kv.block_size == 0:
                 kv.cache_blocks(seq, c0[p] + j + 1)
+        return True
 
     def _end(self, j: int) -> None:
         """Step ``j`` ends: everyone releases a token; those at their last free their blocks."""

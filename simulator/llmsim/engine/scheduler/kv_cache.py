@@ -75,7 +75,6 @@ class KVCache:
         "_cached",
         "_hash",
         "_head",
-        "_num_held",
         "_num_stale",
         "_queue",
         "_ref",
@@ -85,6 +84,7 @@ class KVCache:
         "events",
         "num_blocks",
         "num_usable_blocks",
+        "num_used",
     )
 
     def __init__(
@@ -109,7 +109,8 @@ class KVCache:
         self._num_stale = 0
         # Cached full blocks by hash: one block id, or a list when identical blocks were computed twice.
         self._cached: dict[bytes, int | list[int]] = {}
-        self._num_held = 0
+        # Blocks held by some sequence (the null block excluded).
+        self.num_used = 0
         self.events: list[KVCacheEvent] | None = [] if record_events else None
 
     # -- figures ----------------------------------------------------------------------------
@@ -117,12 +118,7 @@ class KVCache:
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take: never held, or held once and now only cached."""
-        return self.num_usable_blocks - self._num_held
-
-    @property
-    def num_used(self) -> int:
-        """Blocks held by some sequence (the null block excluded)."""
-        return self._num_held
+        return self.num_usable_blocks - self.num_used
 
     @property
     def usage(self) -> float:
@@ -196,7 +192,7 @@ class KVCache:
                 # Off the free queue: its entry stays, stale, until a pop reaches it.
                 self._stale[b] += 1
                 self._num_stale += 1
-                self._num_held += 1
+                self.num_used += 1
             ref[b] += 1
         seq.blocks.extend(hits)
         seq.num_cached_blocks = len(hits)
@@ -208,14 +204,14 @@ class KVCache:
         need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(held)
         if need <= 0:
             return True
-        if need > self.num_usable_blocks - self._num_held:
+        if need > self.num_usable_blocks - self.num_used:
             return False
         held += self._pop(need)
         return True
 
     def allocate_block(self, seq: Sequence) -> bool:
         """Give ``seq`` one more block (a decode step crossing a block boundary); False if none is free."""
-        if self._num_held == self.num_usable_blocks:
+        if self.num_used == self.num_usable_blocks:
             return False
         seq.blocks += self._pop(1)
         return True
@@ -223,7 +219,7 @@ class KVCache:
     def append_blocks(self, seqs: Seq[Sequence]) -> bool:
         """Give each of ``seqs`` one more block, in that order (a decode step's boundary crossings,
         in batch order); False (and no change) if fewer blocks are free."""
-        if len(seqs) > self.num_usable_blocks - self._num_held:
+        if len(seqs) > self.num_usable_blocks - self.num_used:
             return False
         for seq, block in zip(seqs, self._pop(len(seqs)), strict=True):
             seq.blocks.append(block)
@@ -253,7 +249,7 @@ class KVCache:
             del queue[:head]
             head = 0
         self._head = head
-        self._num_held += count
+        self.num_used += count
         ref = self._ref
         block_hash = self._hash
         cached = self._cached
@@ -371,7 +367,7 @@ class KVCache:
             # Evicted last, least recently freed first: a chain's tail before its prefix.
             self._queue += last
             num_freed += len(last)
-        self._num_held -= num_freed
+        self.num_used -= num_freed
         blocks.clear()
         seq.num_cached_blocks = 0
 
@@ -388,7 +384,7 @@ class KVCache:
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block; only possible while no block is held (as vLLM)."""
-        if self._num_held:
+        if self.num_used:
             return False
         self._cached.clear()
         self._hash = [None] * self.num_blocks
@@ -408,7 +404,7 @@ class KVCache:
 
     def check(self) -> None:
         """Cheap conservation check (O(1)), run at the end of every step."""
-        assert len(self._queue) - self._head - self._num_stale + self._num_held == self.num_usable_blocks, (
+        assert len(self._queue) - self._head - self._num_stale + self.num_used == self.num_usable_blocks, (
             "KV blocks leaked or double-counted"
         )
 
@@ -435,7 +431,7 @@ class KVCache:
         if {b for b in range(1, self.num_blocks) if counts[b] == 0} != set(free):
             raise AssertionError("a block is both free and held, or neither")
         held = sum(1 for b in range(1, self.num_blocks) if counts[b])
-        if held != self._num_held or held + len(free) != self.num_usable_blocks:
+        if held != self.num_used or held + len(free) != self.num_usable_blocks:
             raise AssertionError(f"{held} held + {len(free)} free != {self.num_usable_blocks} usable blocks")
         mapped: dict[int, bytes] = {}
         for h, v in self._cached.items():
