@@ -181,3 +181,25 @@ def _play(data: st.DataObject, kv: KVCache, model: _ReferencePool, bs: int) -> N
         assert kv.num_free == len(model.queue)
         kv.check()
         kv.audit(holders)
+
+
+def test_hits_on_free_blocks_do_not_grow_the_free_queue_without_bound() -> None:
+    # Every request is served from the cache (8 hits on free blocks) and allocates one block: each
+    # hit leaves a stale entry, pops reach few of them. The queue is compacted before the stale
+    # entries outnumber the blocks, so it stays within a few times N (39 usable blocks here).
+    kv = KVCache(40, 4, enable_caching=True)
+    chain = [bytes([7, i]) for i in range(8)]
+    for i in range(2000):
+        s = seq(f"r{i}", 33, 4)
+        s.block_hashes = list(chain)
+        s.hashable = True
+        hits = kv.find_cached_prefix(s)
+        assert len(hits) == (8 if i else 0)
+        kv.take_cached(s, hits)
+        assert kv.allocate_slots(s, s.num_tokens - s.num_computed_tokens)
+        s.num_computed_tokens = s.num_tokens
+        kv.cache_blocks(s, s.num_tokens)
+        kv.free(s)
+        kv.audit([])
+        # Private, on purpose: the entries the list really holds past its head.
+        assert len(kv._queue) - kv._head <= 3 * kv.num_usable_blocks

@@ -38,6 +38,8 @@ front of the head in one slice assignment. A hit on a free block (the only remov
 middle) leaves its entry in place, marked stale: the pop that reaches it skips it. A block's
 stale entries always come before its live one (a hit block is cached, so it goes back to the
 tail when freed, and the front only ever receives uncached blocks, which have no stale entries).
+Consumed entries are dropped now and then, and the stale ones too once they outnumber the blocks,
+so the list stays O(N) whatever the mix of hits and allocations.
 """
 
 from __future__ import annotations
@@ -194,6 +196,13 @@ class KVCache:
                 self._num_stale += 1
                 self.num_used += 1
             ref[b] += 1
+        if self._num_stale > self.num_usable_blocks:
+            # Hits outpacing pops (a workload served from the cache): drop the stale entries
+            # before they outnumber the blocks, so the queue stays O(N) (amortized O(1) per hit).
+            self._queue = self.free_queue()
+            self._head = 0
+            self._stale = [0] * self.num_blocks
+            self._num_stale = 0
         seq.blocks.extend(hits)
         seq.num_cached_blocks = len(hits)
         seq.num_computed_tokens = len(hits) * self.block_size
