@@ -18,7 +18,12 @@ Each case runs stepped (``fast_forward=False``) and jumping (the default), --rep
 interleaved, and each reports its fastest run; the two must give the same results (checked).
 The machine is shared and noisy: compare the two columns of one run, not runs of different days.
 
-    .venv/bin/python bench/bench_plan.py [--rate 20] [--duration 120] [--repeat 3] [--quick]
+With ``--baseline DIR`` (another source tree, e.g. ``git archive main | tar -x -C DIR``), every
+round first runs the same cases, jumping only, with DIR's ``simulator`` package in a subprocess
+(this script, DIR's code), so both trees are measured in the same minutes; the table adds the
+baseline's speed and the ratio, and the run stops if the two trees give different results.
+
+    .venv/bin/python bench/bench_plan.py [--rate 20] [--duration 120] [--repeat 3] [--quick] [--baseline DIR]
 
 Prints a table and writes bench/results/plan.json.
 """
@@ -26,10 +31,13 @@ Prints a table and writes bench/results/plan.json.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -106,7 +114,10 @@ def main() -> int:
     ap.add_argument("--config", help="models.yml (with --model)")
     ap.add_argument("--model", help="a scheduler model of --config (default: the seed design's example)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "plan.json")
+    ap.add_argument("--baseline", type=Path, help="a source tree to measure against (jumping), in the same run")
+    ap.add_argument("--jumped-only", action="store_true", help="skip the stepped runs (what a baseline run does)")
     args = ap.parse_args()
+    modes = (("jumped", True),) if args.jumped_only else (("stepped", False), ("jumped", True))
     scale = 0.1 if args.quick else 1.0
 
     name, params = params_for(args.config, args.model)
@@ -147,46 +158,95 @@ def main() -> int:
         ),
     }
     cases: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in runs}
+    digests: dict[str, str] = {}
+    baseline: dict[str, dict[str, Any]] = {}
+    loads = []
     for _ in range(args.repeat):
+        if args.baseline is not None:
+            for label, record in run_baseline(args).items():
+                best = baseline.get(label)
+                if best is None or record["jumped"]["wall_s"] < best["jumped"]["wall_s"]:
+                    baseline[label] = record
         for label, run in runs.items():
             fingerprints = []
-            for mode, ff in (("stepped", False), ("jumped", True)):
+            for mode, ff in modes:
                 cases[label][mode], fingerprint = timed(partial(run, ff), cases[label].get(mode))
                 fingerprints.append(fingerprint)
-            if fingerprints[0] != fingerprints[1]:
+            if any(f != fingerprints[0] for f in fingerprints):
                 raise SystemExit(f"{label}: jumping gave other results than stepping")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+            digests[label] = hashlib.sha256(repr(fingerprints[0]).encode()).hexdigest()
+            cases[label]["results_sha256"] = {"value": digests[label]}
+            if label in baseline and baseline[label]["results_sha256"]["value"] != digests[label]:
+                raise SystemExit(f"{label}: the baseline tree gave other results")
+        loads.append(os.getloadavg()[0])
+    load = max(loads)
+    if args.jumped_only:
+        write(args, name, load, cases)
+        return 0
     print(
-        f"virtual-time speed, {name}, {PROMPT}-token prompts, {OUTPUT} output tokens unless said (load average {load:.1f})"
+        f"virtual-time speed, {name}, {PROMPT}-token prompts, {OUTPUT} output tokens unless said (load average up to {load:.1f})"
     )
+    against = args.baseline is not None
     print(
         f"{'case':<52}{'requests':>9}{'steps':>10}{'batch':>7}{'simulated':>11}"
         f"{'x real: stepped':>17}{'jumped':>8}{'speed-up':>10}{'us/request':>12}"
+        + (f"{'baseline jumped':>17}{'vs baseline':>13}" if against else "")
     )
-    for label, modes in cases.items():
-        stepped, jumped = modes["stepped"], modes["jumped"]
+    for label, record in cases.items():
+        stepped, jumped = record["stepped"], record["jumped"]
         speedup = stepped["wall_s"] / jumped["wall_s"]
-        modes["speedup_from_fast_forward"] = {"value": speedup}
-        print(
+        record["speedup_from_fast_forward"] = {"value": speedup}
+        line = (
             f"{label:<52}{jumped['requests']:>9,}{jumped['steps']:>10,}{jumped['mean_batch']:>7.1f}"
             f"{jumped['simulated_s']:>10,.0f}s{stepped['speedup']:>17,.0f}{jumped['speedup']:>8,.0f}"
             f"{speedup:>9.1f}x{jumped['us_per_request']:>12,.0f}"
         )
-    print("(both modes gave the same results in every run)")
+        if against:
+            base = baseline[label]["jumped"]
+            record["baseline_jumped"] = base
+            record["speedup_over_baseline"] = {"value": base["wall_s"] / jumped["wall_s"]}
+            line += f"{base['speedup']:>17,.0f}{base['wall_s'] / jumped['wall_s']:>12.2f}x"
+        print(line)
+    print("(both modes gave the same results in every run" + (", and the same as the baseline)" if against else ")"))
+    write(args, name, load, cases, str(args.baseline) if against else None)
+    return 0
+
+
+def run_baseline(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """One round of every case, jumping, with the baseline tree's simulator (this script, its code)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "baseline.json"
+        argv = [sys.executable, __file__, "--jumped-only", "--repeat", "1", "--out", str(out)]
+        for flag in ("rate", "duration", "closed_requests", "fleet_rate_per_replica", "fleet_duration", "seed"):
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+        if args.quick:
+            argv.append("--quick")
+        if args.model is not None:
+            argv += ["--model", args.model] + (["--config", args.config] if args.config else [])
+        env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "simulator")}
+        subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+        cases: dict[str, dict[str, Any]] = json.loads(out.read_text())["cases"]
+        return cases
+
+
+def write(
+    args: argparse.Namespace, name: str, load: float, cases: dict[str, dict[str, Any]], baseline: str | None = None
+) -> None:
     body: dict[str, Any] = {
         "model": name,
         "prompt_tokens": PROMPT,
         "output_tokens": OUTPUT,
         "quick": args.quick,
         "load_average": load,
+        "baseline": baseline,
         "cases": cases,
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(body, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    if not args.jumped_only:
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

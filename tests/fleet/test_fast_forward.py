@@ -7,6 +7,7 @@ starts: every case where a run must look like the steps it replaces.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -120,6 +121,16 @@ def test_a_fleet_that_jumps_is_the_fleet_that_steps(case: tuple[FleetSpec, Fleet
         assert all(abs(x - y) <= 1e-9 for x, y in zip(a.token_times, b.token_times, strict=True))
     # Every outcome (replica chosen, times, hits), every replica's counters.
     assert everything(jumped) == everything(stepped)
+    # The replicas count inter-token gaps as tokens leave (per step in a run): the same counts as
+    # every gap of every request served there, taken from its token times.
+    for k, replica in enumerate(jumped.replicas):
+        gaps = Counter(
+            b - a
+            for o in jumped.requests
+            if o.replica == k
+            for a, b in zip(o.token_times, o.token_times[1:], strict=False)
+        )
+        assert replica.itl_gaps == gaps
 
 
 def test_a_request_sent_while_replicas_start_sees_which_steps_have_started(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ block hashes: equal exactly when the two prompts agree on every token up to the 
 
     block i = hash((block i-1, pieces of the segments inside tokens [16i, 16i + 16)))
     piece   = (segment code, first offset, end offset)   or the block's explicit ids, as one piece
+    block i = hash((block i-1, segment code, first offset))   when one synthetic segment fills it
 
 Two prompts agree on their first k tokens exactly when their segments do (the rule
 :meth:`Prompt.shared_prefix` states), so the cache finds the same hits as with vLLM's sha256 of
@@ -205,8 +206,10 @@ class BlockHasher:
             # Whole blocks of this segment: one hash each (P / block_size per prompt).
             whole = offset + (length - offset) // bs * bs
             if ids is None:
+                # A block inside one synthetic segment (most of them): a flat tuple, the cheapest
+                # to build and hash. Its length (3) tells it from a block of pieces (2).
                 for o in range(offset, whole, bs):
-                    parent = hash((parent, ((code, o, o + bs),)))
+                    parent = hash((parent, code, o))
                     append(parent.to_bytes(8, "big", signed=True))
             else:
                 for o in range(offset, whole, bs):

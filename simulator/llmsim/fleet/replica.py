@@ -142,10 +142,11 @@ class Replica:
         self.batch_total = 0
         self.num_preemptions = 0
         self.kv_peak_blocks = 0
-        # Inter-token gaps of the requests that ended here, as value -> count: a decode step
-        # gives every sequence in it the same gap, so this stays near one entry per step while
-        # a list would hold one float per token.
+        # Inter-token gaps of the tokens released here, as value -> count, counted by the
+        # scheduler as it releases them: a decode step gives every sequence in it the same gap,
+        # so this stays near one entry per step while a list would hold one float per token.
         self.itl_gaps: Counter[float] = Counter()
+        self.scheduler.itl_gaps = self.itl_gaps
 
     # -- what the router reads -------------------------------------------------------------
 

@@ -26,7 +26,6 @@ import heapq
 import math
 import random
 from collections import deque
-from operator import sub
 
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.virtual import collector_paused
@@ -288,25 +287,28 @@ class FleetSimulation:
         replica = self.replicas[self.replica_of[i]]
         times = seq.token_times
         n = len(times)
-        if n > 1:
-            replica.itl_gaps.update(map(sub, times[1:], times[:-1]))
-        stats = seq.to_stats()
-        rejected = seq.status is SequenceStatus.REJECTED
+        status = seq.status
+        arrival = seq.arrival
+        finished = seq.finished_time
+        assert finished is not None, "only an ended sequence is recorded"
+        first = seq.first_token_time
+        scheduled = seq.scheduled_time
+        # Sequence.to_stats()'s figures, without building the record (once per request).
         self.outcomes[i] = RequestOutcome(
             index=i,
             replica=replica.index,
-            arrival=seq.arrival,
+            arrival=arrival,
             prompt_tokens=request.prompt_tokens,
             output_tokens=seq.num_output_tokens,
-            finish_reason=FinishReason.ABORT if rejected else stats.finish_reason,
-            ttft=stats.ttft,
-            e2e=stats.e2e,
-            queue_time=stats.queue_time,
+            finish_reason=FinishReason.ABORT if status >= SequenceStatus.ABORTED else seq.finish_reason,
+            ttft=None if first is None else first - arrival,
+            e2e=finished - arrival,
+            queue_time=(scheduled if scheduled is not None else finished) - arrival,
             num_preemptions=seq.num_preemptions,
             tpot=(times[-1] - times[0]) / (n - 1) if n > 1 else None,
             prefix_hit_tokens=replica.prefix_hit_tokens(seq),
             prefix_query_tokens=replica.prefix_query_tokens(seq),
-            rejected=rejected,
+            rejected=status is SequenceStatus.REJECTED,
             adapter=request.adapter,
             token_times=tuple(times) if self.keep_token_times else (),
         )

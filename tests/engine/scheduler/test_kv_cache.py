@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import KVCache
+from llmsim.engine.scheduler import KVCache, kv_cache
+from llmsim.engine.scheduler.sequence import Sequence
 
 from .builders import seq
 
@@ -90,3 +93,113 @@ def test_conservation_check_catches_a_leak() -> None:
     kv.check()  # the counters still agree with each other...
     with pytest.raises(AssertionError):
         kv.audit([a])  # ...but the holders no longer account for every block
+
+
+class _ReferencePool:
+    """vLLM's free queue as its docstring states it, one block at a time in a plain list (the model
+    the pool's sliced queue with stale entries is checked against)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.queue = list(range(1, num_blocks))
+        self.ref = [0] * num_blocks
+        self.hashed: set[int] = set()
+
+    def take(self, hits: list[int]) -> None:
+        for b in hits:
+            if self.ref[b] == 0:
+                self.queue.remove(b)
+            self.ref[b] += 1
+
+    def pop(self, count: int) -> list[int]:
+        taken, self.queue = self.queue[:count], self.queue[count:]
+        for b in taken:
+            self.hashed.discard(b)  # evicted on reuse
+            self.ref[b] = 1
+        return taken
+
+    def free(self, blocks: list[int]) -> None:
+        first: list[int] = []
+        last: list[int] = []
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                (last if b in self.hashed else first).append(b)
+        self.queue = first + self.queue + last
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_free_queue_keeps_vllms_order_through_hits_allocations_and_frees(data: st.DataObject) -> None:
+    bs = data.draw(st.sampled_from([1, 2, 4]), label="block_size")
+    num_blocks = data.draw(st.integers(2, 24), label="num_blocks")
+    kv = KVCache(num_blocks, bs, enable_caching=True)
+    model = _ReferencePool(num_blocks)
+    # Dropping consumed entries (every few pops here, rarely in a real pool) changes no order.
+    compact_after = kv_cache.COMPACT_AFTER
+    kv_cache.COMPACT_AFTER = data.draw(st.sampled_from([0, 3, compact_after]), label="compact_after")
+    try:
+        _play(data, kv, model, bs)
+    finally:
+        kv_cache.COMPACT_AFTER = compact_after
+
+
+def _play(data: st.DataObject, kv: KVCache, model: _ReferencePool, bs: int) -> None:
+    # Prompts drawn from a few shared chains, so hits (on free and on held blocks) happen.
+    chains = [[bytes([c, i]) for i in range(8)] for c in range(3)]
+    holders: list[Sequence] = []
+    for step in range(data.draw(st.integers(1, 40), label="operations")):
+        op = data.draw(st.sampled_from(["admit", "grow", "free"]))
+        if op == "admit":
+            chain = data.draw(st.sampled_from(chains))
+            tokens = data.draw(st.integers(1, 8 * bs))
+            s = seq(f"r{step}", tokens, 4)
+            s.block_hashes = list(chain[: tokens // bs])
+            s.hashable = True
+            hits = kv.find_cached_prefix(s)
+            if kv.num_blocks_to_admit(s, hits) > kv.num_free:
+                continue
+            kv.take_cached(s, hits)
+            model.take(hits)
+            before = len(s.blocks)
+            assert kv.allocate_slots(s, s.num_tokens - s.num_computed_tokens)
+            assert s.blocks[before:] == model.pop(len(s.blocks) - before)
+            s.num_computed_tokens = s.num_tokens
+            kv.cache_blocks(s, s.num_tokens)
+            model.hashed.update(s.blocks[: s.num_cached_blocks])
+            holders.append(s)
+        elif op == "grow" and holders:
+            s = data.draw(st.sampled_from(holders))
+            if kv.allocate_block(s):
+                assert [s.blocks[-1]] == model.pop(1)
+            else:
+                assert not model.queue
+        elif op == "free" and holders:
+            s = holders.pop(data.draw(st.integers(0, len(holders) - 1)))
+            model.free(s.blocks)
+            kv.free(s)
+        assert kv.free_queue() == model.queue
+        assert kv.num_free == len(model.queue)
+        kv.check()
+        kv.audit(holders)
+
+
+def test_hits_on_free_blocks_do_not_grow_the_free_queue_without_bound() -> None:
+    # Every request is served from the cache (8 hits on free blocks) and allocates one block: each
+    # hit leaves a stale entry, pops reach few of them. The queue is compacted before the stale
+    # entries outnumber the blocks, so it stays within a few times N (39 usable blocks here).
+    kv = KVCache(40, 4, enable_caching=True)
+    chain = [bytes([7, i]) for i in range(8)]
+    for i in range(2000):
+        s = seq(f"r{i}", 33, 4)
+        s.block_hashes = list(chain)
+        s.hashable = True
+        hits = kv.find_cached_prefix(s)
+        assert len(hits) == (8 if i else 0)
+        kv.take_cached(s, hits)
+        assert kv.allocate_slots(s, s.num_tokens - s.num_computed_tokens)
+        s.num_computed_tokens = s.num_tokens
+        kv.cache_blocks(s, s.num_tokens)
+        kv.free(s)
+        kv.audit([])
+        # Private, on purpose: the entries the list really holds past its head.
+        assert len(kv._queue) - kv._head <= 3 * kv.num_usable_blocks

@@ -45,7 +45,11 @@ class CostModel:
 
     def step_duration(self, num_tokens: int, context_tokens: int, num_sequences: int = 0) -> float:
         """Seconds for a step computing ``num_tokens`` tokens of ``num_sequences`` sequences that
-        reads ``context_tokens`` tokens of KV."""
+        reads ``context_tokens`` tokens of KV.
+
+        NOTE: ``DecodeRun.extend`` repeats this formula inline for decode steps (its inner loop);
+        change both together (the fast-forward tests compare the two timelines bit for bit).
+        """
         compute = self.seconds_per_token * num_tokens
         memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens
         return (compute if compute > memory else memory) + self.overhead + self.overhead_per_sequence * num_sequences

@@ -62,7 +62,6 @@ FIRST_CHUNK = 16
 class _Plan(Generic[S]):
     """Where a run's planning stopped: what the next steps are planned from."""
 
-    probe: SchedulerOutput[S]
     # Steps the run may reach at most (the last finish, or the first one if someone waits).
     horizon: int
     waiting: bool
@@ -163,7 +162,7 @@ class DecodeRun(Generic[S]):
         self.batch: list[int] = []
         self.context: list[int] = []
         # Most blocks in use during any started step (after its allocations).
-        self.peak_used = 0
+        self.peak_used = sched.kv.num_used
         # Positions finishing at the end of each step (running order), and those steps in order.
         self._finishing: dict[int, list[int]] = {}
         self._finish_steps: list[int] = []
@@ -269,11 +268,7 @@ class DecodeRun(Generic[S]):
             self._lora_steps.add(0)
         # With a queue, the first finish may let its head in: stop after that step.
         horizon = (self._finish_steps[0] if waiting else self._finish_steps[-1]) + 1
-        # One output reused for pricing every step: the step's shape as the scheduler would build it.
-        probe: SchedulerOutput[S] = SchedulerOutput(self._first_index)
-        probe.scheduled = seqs
         self._plan = _Plan(
-            probe=probe,
             horizon=horizon,
             waiting=waiting,
             next_arrival=next_arrival,
@@ -300,8 +295,15 @@ class DecodeRun(Generic[S]):
         known = self._known
         stores = self._stores
         async_scheduling = sched.params.async_scheduling
-        step_duration = sched.step_duration
-        probe = plan.probe
+        # Scheduler.step_duration of a decode step of ``batch`` sequences (no prefill, no adapter
+        # load: CostModel.step_duration with batch tokens and sequences), inlined, operation for
+        # operation: it is the run's inner loop.
+        cost = sched.cost
+        seconds_per_token = cost.seconds_per_token
+        weight_seconds = cost.weight_seconds
+        kv_seconds_per_token = cost.kv_seconds_per_token
+        overhead = cost.overhead
+        overhead_per_sequence = cost.overhead_per_sequence
         allocs_at = plan.allocs_at
         stores_at = plan.stores_at
         waiting = plan.waiting
@@ -336,9 +338,9 @@ class DecodeRun(Generic[S]):
                 over = True
                 break
             context = computed + batch * (j + 1)
-            probe.num_decode_tokens = batch
-            probe.num_context_tokens = context
-            duration = step_duration(probe)
+            compute = seconds_per_token * batch
+            memory = weight_seconds + kv_seconds_per_token * context
+            duration = (compute if compute > memory else memory) + overhead + overhead_per_sequence * batch
             end = t + duration
             if end > next_abort:
                 over = True
@@ -357,7 +359,6 @@ class DecodeRun(Generic[S]):
                     allocs_at[-c0[p] % bs] -= 1
                     if known[p] > c0[p]:
                         stores_at[(-c0[p] - 1) % bs] -= 1
-                probe.scheduled = [s for p, s in enumerate(seqs) if last[p] > j]
                 if self._lora_steps and any(seqs[p].lora_name is not None for p in done):
                     self._lora_steps.add(j + 1)
             previous = t
@@ -431,6 +432,9 @@ class DecodeRun(Generic[S]):
         """Apply starts up to ``num_starts`` and ends up to ``num_ends``, interleaved as in time."""
         kv = self.sched.kv
         finishing = self._finishing
+        gaps = self.sched.itl_gaps
+        ends = self.ends
+        batch = self.batch
         first = self.num_starts
         # Once per step of the run: a start (allocations every block_size steps per sequence)
         # and an end (nothing, unless someone finishes).
@@ -439,15 +443,21 @@ class DecodeRun(Generic[S]):
                 j = self.num_starts
                 if j >= num_starts:
                     break
-                self._start(j)
                 self.num_starts = j + 1
-                used = kv.num_used
-                if used > self.peak_used:
-                    self.peak_used = used
+                # Blocks in use only grow at a start that allocates.
+                if self._start(j) and kv.num_used > self.peak_used:
+                    self.peak_used = kv.num_used
             else:
                 j = self.num_ends
                 if j >= num_ends:
                     break
+                if gaps is not None:
+                    if j:
+                        # Every sequence of the step released its previous token at the end of the one before.
+                        gap = ends[j] - ends[j - 1]
+                        gaps[gap] = gaps.get(gap, 0) + batch[j]
+                    else:
+                        self._count_gaps(gaps)
                 if j in finishing:
                     self._end(j)
                 self.num_ends = j + 1
@@ -455,8 +465,23 @@ class DecodeRun(Generic[S]):
                     on_end(j)
         self.sched.num_steps += self.num_starts - first
 
-    def _start(self, j: int) -> None:
-        """Step ``j`` is scheduled: its block allocations and cache stores, in batch order."""
+    def _count_gaps(self, gaps: dict[float, int]) -> None:
+        """The inter-token gaps of step 0's releases (before a finish extends any token times):
+        each sequence's own previous release, usually the end of the step before the run."""
+        end = self.ends[0]
+        previous = [seq.token_times[-1] for seq in self.seqs]
+        if previous.count(previous[0]) == len(previous):
+            # All released at the end of the step before (the usual case): one gap.
+            gap = end - previous[0]
+            gaps[gap] = gaps.get(gap, 0) + len(previous)
+            return
+        for before in previous:
+            gap = end - before
+            gaps[gap] = gaps.get(gap, 0) + 1
+
+    def _start(self, j: int) -> bool:
+        """Step ``j`` is scheduled: its block allocations and cache stores, in batch order. False if
+        it has none (most steps)."""
         sched = self.sched
         if j in self._lora_steps:
             # The same touches _make_output makes for this batch (the LRU order of adapters).
@@ -469,19 +494,16 @@ class DecodeRun(Generic[S]):
         allocs = self._allocs[r]
         stores = self._stores[r]
         if not allocs and not stores:
-            return
+            return False
         seqs = self.seqs
         c0 = self._c0
         last = self._last
         if not stores:
-            # Each sequence once every block_size steps: a few per step.
-            for p in allocs:
-                if last[p] >= j:  # not finished earlier in the run
-                    seq = seqs[p]
-                    seq.num_computed_tokens = c0[p] + j
-                    allocated = kv.allocate_slots(seq, 1)
-                    assert allocated, "a run never allocates more than the free blocks"
-            return
+            # Each sequence once every block_size steps: a few per step, popped in one slice.
+            # (Their computed tokens are brought up to date when the run ends or stops.)
+            allocated = kv.append_blocks([seqs[p] for p in allocs if last[p] >= j])
+            assert allocated, "a run never allocates more than the free blocks"
+            return True
         # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.
         known = self._known
         allocating = set(allocs)
@@ -495,6 +517,7 @@ class DecodeRun(Generic[S]):
                 assert allocated, "a run never allocates more than the free blocks"
             if c0[p] + j + 1 <= known[p] and (c0[p] + j + 1) % kv.block_size == 0:
                 kv.cache_blocks(seq, c0[p] + j + 1)
+        return True
 
     def _end(self, j: int) -> None:
         """Step ``j`` ends: everyone releases a token; those at their last free their blocks."""

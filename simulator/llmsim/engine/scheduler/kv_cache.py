@@ -30,11 +30,20 @@ vLLM's rules, read from ``vllm/v1/core/block_pool.py`` and ``kv_cache_manager.py
 
 Invariants (checked every step, O(1)): ``free + held == N - 1``; a block is free iff its
 reference count is 0. :meth:`KVCache.audit` checks everything, for tests.
+
+The free queue is vLLM's order in a cheaper shape (vLLM keeps a doubly linked list of blocks,
+one Python object per block): a list read from a head index, so a request's blocks are popped as
+one slice, a freed request's cached blocks appended in one call and its uncached ones written in
+front of the head in one slice assignment. A hit on a free block (the only removal from the
+middle) leaves its entry in place, marked stale: the pop that reaches it skips it. A block's
+stale entries always come before its live one (a hit block is cached, so it goes back to the
+tail when freed, and the front only ever receives uncached blocks, which have no stale entries).
+Consumed entries are dropped now and then, and the stale ones too once they outnumber the blocks,
+so the list stays O(N) whatever the mix of hits and allocations.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 
@@ -43,6 +52,10 @@ from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEve
 
 #: Block 0, never allocated (vLLM's null block: padding for skipped attention blocks).
 NULL_BLOCK = 0
+
+#: Consumed entries at the front of the free queue's list beyond which (and beyond half the list)
+#: they are dropped.
+COMPACT_AFTER = 4096
 
 
 class KVCache:
@@ -62,15 +75,18 @@ class KVCache:
 
     __slots__ = (
         "_cached",
-        "_free",
         "_hash",
-        "_num_held",
+        "_head",
+        "_num_stale",
+        "_queue",
         "_ref",
+        "_stale",
         "block_size",
         "enable_caching",
         "events",
         "num_blocks",
         "num_usable_blocks",
+        "num_used",
     )
 
     def __init__(
@@ -87,12 +103,16 @@ class KVCache:
         self._ref[NULL_BLOCK] = 1
         # Hash of a block that is (or was, until evicted) a cached full block.
         self._hash: list[bytes | None] = [None] * num_blocks
-        # The free queue: an OrderedDict is a doubly linked list in C (O(1) pop at either end,
-        # removal from the middle when a hit takes a free block, insertion at either end).
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        # The free queue: entries _queue[_head:], front first; stale entries (hits taken off the
+        # middle) counted per block in _stale and in all in _num_stale (see the module's notes).
+        self._queue: list[int] = list(range(1, num_blocks))
+        self._head = 0
+        self._stale = [0] * num_blocks
+        self._num_stale = 0
         # Cached full blocks by hash: one block id, or a list when identical blocks were computed twice.
         self._cached: dict[bytes, int | list[int]] = {}
-        self._num_held = 0
+        # Blocks held by some sequence (the null block excluded).
+        self.num_used = 0
         self.events: list[KVCacheEvent] | None = [] if record_events else None
 
     # -- figures ----------------------------------------------------------------------------
@@ -100,12 +120,7 @@ class KVCache:
     @property
     def num_free(self) -> int:
         """Blocks an allocation may take: never held, or held once and now only cached."""
-        return len(self._free)
-
-    @property
-    def num_used(self) -> int:
-        """Blocks held by some sequence (the null block excluded)."""
-        return self.num_usable_blocks - len(self._free)
+        return self.num_usable_blocks - self.num_used
 
     @property
     def usage(self) -> float:
@@ -174,53 +189,101 @@ class KVCache:
         assert not seq.blocks, "a hit starts a sequence that holds nothing"
         assert seq.num_computed_tokens == 0, "a hit starts a sequence with nothing computed"
         ref = self._ref
-        free = self._free
         for b in hits:
             if ref[b] == 0:
-                del free[b]
-                self._num_held += 1
+                # Off the free queue: its entry stays, stale, until a pop reaches it.
+                self._stale[b] += 1
+                self._num_stale += 1
+                self.num_used += 1
             ref[b] += 1
+        if self._num_stale > self.num_usable_blocks:
+            # Hits outpacing pops (a workload served from the cache): drop the stale entries
+            # before they outnumber the blocks, so the queue stays O(N) (amortized O(1) per hit).
+            self._queue = self.free_queue()
+            self._head = 0
+            self._stale = [0] * self.num_blocks
+            self._num_stale = 0
         seq.blocks.extend(hits)
         seq.num_cached_blocks = len(hits)
         seq.num_computed_tokens = len(hits) * self.block_size
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Grow ``seq`` to hold ``num_new_tokens`` more tokens; False (and no change) if blocks are short."""
-        need = self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.blocks)
+        held = seq.blocks
+        need = -(-(seq.num_computed_tokens + num_new_tokens) // self.block_size) - len(held)
         if need <= 0:
             return True
-        free = self._free
-        if need > len(free):
+        if need > self.num_usable_blocks - self.num_used:
             return False
-        ref = self._ref
-        block_hash = self._hash
-        held = seq.blocks
-        # At most one block per block_size tokens: rare on the decode path.
-        for _ in range(need):
-            block, _ = free.popitem(last=False)
-            assert ref[block] == 0, f"block {block} is free and held at once"
-            if block_hash[block] is not None:
-                self._evict(block)
-            ref[block] = 1
-            held.append(block)
-        self._num_held += need
+        held += self._pop(need)
         return True
 
-    def _evict(self, block: int) -> None:
-        """Forget a cached block that is being reused (vLLM's ``_maybe_evict_cached_block``)."""
-        h = self._hash[block]
-        assert h is not None
-        self._hash[block] = None
-        entry = self._cached[h]
-        if type(entry) is int:
-            del self._cached[h]
+    def allocate_block(self, seq: Sequence) -> bool:
+        """Give ``seq`` one more block (a decode step crossing a block boundary); False if none is free."""
+        if self.num_used == self.num_usable_blocks:
+            return False
+        seq.blocks += self._pop(1)
+        return True
+
+    def append_blocks(self, seqs: Seq[Sequence]) -> bool:
+        """Give each of ``seqs`` one more block, in that order (a decode step's boundary crossings,
+        in batch order); False (and no change) if fewer blocks are free."""
+        if len(seqs) > self.num_usable_blocks - self.num_used:
+            return False
+        for seq, block in zip(seqs, self._pop(len(seqs)), strict=True):
+            seq.blocks.append(block)
+        return True
+
+    def _pop(self, count: int) -> list[int]:
+        """Take ``count`` blocks (at most the free ones) from the front of the free queue, evicting
+        the cached ones (vLLM's ``get_new_blocks``)."""
+        queue = self._queue
+        head = self._head
+        if not self._num_stale:
+            new = queue[head : head + count]
+            head += count
         else:
-            assert isinstance(entry, list)
-            entry.remove(block)
-            if len(entry) == 1:
-                self._cached[h] = entry[0]
-        if self.events is not None:
-            self.events.append(BlockRemoved((h,)))
+            stale = self._stale
+            new = []
+            while len(new) < count:
+                block = queue[head]
+                head += 1
+                if stale[block]:
+                    stale[block] -= 1
+                    self._num_stale -= 1
+                else:
+                    new.append(block)
+        if head > COMPACT_AFTER and head > len(queue) >> 1:
+            # Drop the consumed entries now and then: amortized O(1) per block.
+            del queue[:head]
+            head = 0
+        self._head = head
+        self.num_used += count
+        ref = self._ref
+        block_hash = self._hash
+        cached = self._cached
+        events = self.events
+        # Once per block allocated: a cached block is evicted as it is reused (most are, with caching on).
+        for block in new:
+            h = block_hash[block]
+            if h is not None:
+                block_hash[block] = None
+                entry = cached[h]
+                if type(entry) is int:
+                    del cached[h]
+                else:
+                    self._evict_duplicate(h, entry, block)
+                if events is not None:
+                    events.append(BlockRemoved((h,)))
+            ref[block] = 1
+        return new
+
+    def _evict_duplicate(self, h: bytes, entry: int | list[int], block: int) -> None:
+        """Forget ``block``, one of identical blocks cached under ``h`` (vLLM's ``_maybe_evict_cached_block``)."""
+        assert isinstance(entry, list)
+        entry.remove(block)
+        if len(entry) == 1:
+            self._cached[h] = entry[0]
 
     def cache_blocks(self, seq: Sequence, num_tokens: int) -> None:
         """Put ``seq``'s full blocks among its first ``num_tokens`` tokens in the prefix cache.
@@ -239,22 +302,34 @@ class KVCache:
         end = min(num_tokens // bs, len(hashes))
         if end <= start:
             return
-        blocks = seq.blocks
+        blocks = seq.blocks[start:end]
+        new = hashes[start:end]
         block_hash = self._hash
-        cached = self._cached
-        for i in range(start, end):
-            block = blocks[i]
-            h = hashes[i]
+        for block, h in zip(blocks, new, strict=True):
             assert block_hash[block] is None, f"block {block} cached twice"
             block_hash[block] = h
-            entry = cached.get(h)
-            if entry is None:
-                cached[h] = block
-            elif type(entry) is int:
-                cached[h] = [entry, block]
-            else:
-                assert isinstance(entry, list)
-                entry.append(block)
+        cached = self._cached
+        size = len(cached)
+        # Hashes nobody has cached (nearly always): one C-level update. Identical blocks computed
+        # twice (vLLM keeps both under one hash) take the loop.
+        fresh = cached.keys().isdisjoint(new)
+        if fresh:
+            cached.update(zip(new, blocks, strict=True))
+            if len(cached) != size + len(new):
+                # A hash repeated within ``new`` itself: undo (none of them was there) and loop.
+                for h in new:
+                    cached.pop(h, None)
+                fresh = False
+        if not fresh:
+            for block, h in zip(blocks, new, strict=True):
+                entry = cached.get(h)
+                if entry is None:
+                    cached[h] = block
+                elif type(entry) is int:
+                    cached[h] = [entry, block]
+                else:
+                    assert isinstance(entry, list)
+                    entry.append(block)
         seq.num_cached_blocks = end
         if self.events is not None:
             self.events.append(
@@ -269,34 +344,56 @@ class KVCache:
             )
 
     def free(self, seq: Sequence) -> None:
-        """Return every block ``seq`` holds to the pool, in vLLM's order (tail first)."""
+        """Return every block ``seq`` holds to the pool, in vLLM's order (tail first).
+
+        A held block is in the prefix cache exactly when it is among the sequence's first
+        ``num_cached_blocks`` (hit or stored by it; a block popped for it was evicted first), and
+        only those can be shared: the others go back to the front of the queue, unhashed, at once.
+        """
         ref = self._ref
-        block_hash = self._hash
-        caching = self.enable_caching
-        first: list[int] = []
-        last: list[int] = []
-        for block in reversed(seq.blocks):
-            assert ref[block] > 0, f"block {block} freed but not held"
-            ref[block] -= 1
-            if ref[block] == 0:
-                if caching and block_hash[block] is not None:
+        blocks = seq.blocks
+        n = seq.num_cached_blocks if self.enable_caching else 0
+        tail = blocks[n:]
+        num_freed = len(tail)
+        if tail:
+            for block in tail:
+                ref[block] = 0
+            # Reused first, the sequence's last block at the very front. Every such block was
+            # popped from the front, so the head has room for them (module notes).
+            head = self._head - num_freed
+            if head < 0:
+                self._queue[0:0] = [0] * -head
+                head = 0
+            self._queue[head : head + num_freed] = tail[::-1]
+            self._head = head
+        if n:
+            last: list[int] = []
+            for block in reversed(blocks[:n]):
+                count = ref[block] - 1
+                ref[block] = count
+                if not count:
                     last.append(block)
-                else:
-                    first.append(block)
-        free = self._free
-        # Reused first, in the order given: prepend from the back.
-        for block in reversed(first):
-            free[block] = None
-            free.move_to_end(block, last=False)
-        for block in last:
-            free[block] = None
-        self._num_held -= len(first) + len(last)
-        seq.blocks.clear()
+            # Evicted last, least recently freed first: a chain's tail before its prefix.
+            self._queue += last
+            num_freed += len(last)
+        self.num_used -= num_freed
+        blocks.clear()
         seq.num_cached_blocks = 0
+
+    def free_queue(self) -> list[int]:
+        """The free blocks, next to be allocated first (for checks: O(N))."""
+        stale = self._stale.copy()
+        live: list[int] = []
+        for block in self._queue[self._head :]:
+            if stale[block]:
+                stale[block] -= 1
+            else:
+                live.append(block)
+        return live
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block; only possible while no block is held (as vLLM)."""
-        if self._num_held:
+        if self.num_used:
             return False
         self._cached.clear()
         self._hash = [None] * self.num_blocks
@@ -316,7 +413,9 @@ class KVCache:
 
     def check(self) -> None:
         """Cheap conservation check (O(1)), run at the end of every step."""
-        assert len(self._free) + self._num_held == self.num_usable_blocks, "KV blocks leaked or double-counted"
+        assert len(self._queue) - self._head - self._num_stale + self.num_used == self.num_usable_blocks, (
+            "KV blocks leaked or double-counted"
+        )
 
     def cached_hashes(self) -> dict[bytes, int]:
         """Every cached hash with the number of blocks cached under it (what KV events rebuild)."""
@@ -335,13 +434,13 @@ class KVCache:
                 counts[b] += 1
         if counts != self._ref:
             raise AssertionError("reference counts disagree with the holders")
-        free = list(self._free)
-        if len(set(free)) != len(free) or NULL_BLOCK in self._free:
+        free = self.free_queue()
+        if len(set(free)) != len(free) or NULL_BLOCK in free:
             raise AssertionError("the free queue holds a block twice, or the null block")
         if {b for b in range(1, self.num_blocks) if counts[b] == 0} != set(free):
             raise AssertionError("a block is both free and held, or neither")
         held = sum(1 for b in range(1, self.num_blocks) if counts[b])
-        if held != self._num_held or held + len(free) != self.num_usable_blocks:
+        if held != self.num_used or held + len(free) != self.num_usable_blocks:
             raise AssertionError(f"{held} held + {len(free)} free != {self.num_usable_blocks} usable blocks")
         mapped: dict[int, bytes] = {}
         for h, v in self._cached.items():
@@ -352,6 +451,10 @@ class KVCache:
         hashed = {b: h for b, h in enumerate(self._hash) if h is not None}
         if mapped != hashed:
             raise AssertionError("the cache map disagrees with the blocks' hashes")
+        for seq in holders:
+            # What free() relies on: a held block is cached iff it is among the first num_cached_blocks.
+            if any(self._hash[b] is not None for b in seq.blocks[seq.num_cached_blocks :]):
+                raise AssertionError(f"sequence {seq.request_id} holds a cached block past its cached ones")
         for seq in holders:
             if seq.num_cached_blocks > len(seq.blocks):
                 raise AssertionError(f"sequence {seq.request_id} has more cached blocks than blocks")

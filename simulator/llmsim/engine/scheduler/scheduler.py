@@ -162,6 +162,10 @@ class Scheduler(Generic[S]):
         self.watermark_blocks = int(params.watermark * num_blocks)
         self.num_steps = 0
         self.num_preemptions = 0
+        # Inter-token gaps as value -> count, when a caller asks for them (a fleet replica's ITL
+        # histogram): counted as tokens are released, so a decode run adds one entry per step
+        # rather than one per token (every sequence of a decode step gets the same gap).
+        self.itl_gaps: dict[float, int] | None = None
         self._max_batch_tokens = params.max_batch_tokens
         self._max_num_sequences = params.max_num_sequences
 
@@ -391,6 +395,7 @@ class Scheduler(Generic[S]):
         result: StepResult[S] = StepResult()
         released = result.released
         finished = result.finished
+        gaps = self.itl_gaps
         # Once per scheduled sequence per step; the only allocation per token is the time stamp.
         for seq in out.scheduled:
             if seq.status is not _RUNNING:
@@ -399,7 +404,11 @@ class Scheduler(Generic[S]):
                 continue  # a prefill chunk that did not reach the end
             if seq.num_output_tokens < seq.max_output_tokens:
                 seq.num_output_tokens += 1
-                seq.token_times.append(now)
+                times = seq.token_times
+                if gaps is not None and times:
+                    gap = now - times[-1]
+                    gaps[gap] = gaps.get(gap, 0) + 1
+                times.append(now)
                 if seq.first_token_time is None:
                     seq.first_token_time = now
                 released.append(seq)
