@@ -485,11 +485,14 @@ class SchedulerEngine(Engine):
             out = sched.schedule(step_start)
             duration = step_duration(out)
             deadline = step_start + duration
-            lag = await clock.sleep_until(deadline)
-            if lag > 0.0:
-                # A late deadline returns without suspending: yield anyway, or a loop running
-                # behind would starve its consumers and new arrivals until it caught up.
+            if clock.now() < deadline:
+                lag = await clock.sleep_until(deadline)
+            else:
+                # A late deadline would return without suspending: yield anyway, or a loop running
+                # behind would starve its consumers and new arrivals until it caught up. (Only
+                # then: a wake-up a few µs late releases at once, not after another loop turn.)
                 await asyncio.sleep(0)
+                lag = max(0.0, clock.now() - deadline)
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
             self._release(result.released, deadline)
