@@ -204,6 +204,72 @@ def open_loop_client(url: str, arrivals: list[float], prompt_tokens: int, output
     return uvloop.run(main())
 
 
+def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, output_tokens: int) -> list[list[float]]:
+    """As :func:`open_loop_client`, on raw asyncio streams: the request's bytes are made before its
+    send time, connections are opened ahead and kept alive, and a read only scans for event ends.
+
+    What is left between ``sent`` and the first token is the server's and the kernel's, plus one
+    ``read`` of this loop (no HTTP client library's parsing, pooling or task hops).
+    """
+    import uvloop
+
+    host, port = url.removeprefix("http://").split(":")
+
+    def request(i: int) -> bytes:
+        ids = [(i * 7919 + k) % 30000 + 1 for k in range(prompt_tokens)]
+        body = json.dumps(
+            {"model": MODEL, "prompt": ids, "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
+        ).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        return head.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while idle:
+            reader, writer = idle.pop()  # the most recently used: the least likely to have timed out
+            if not reader.at_eof():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(host, int(port))
+
+    async def one(t0: float, i: int, out: list[list[float]]) -> None:
+        payload = request(i)
+        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic() - 0.005))
+        reader, writer = await connection()
+        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+        sent = time.monotonic()
+        writer.write(payload)
+        times: list[float] = []
+        buf = b""
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise RuntimeError("the server closed the connection mid-response")
+            now = time.monotonic()
+            buf += data
+            end = buf.rfind(b"\n\n")
+            if end >= 0:
+                events, buf = buf[:end].split(b"\n\n"), buf[end + 2 :]
+                times += [now for e in events if b'"choices":[{' in e]
+            if buf.endswith(b"\r\n0\r\n\r\n") and len(times) >= output_tokens:
+                break
+        idle.append((reader, writer))
+        itls = [b - a for a, b in itertools.pairwise(times)]
+        out[i] = [sent - (t0 + arrivals[i]), times[0] - sent, times[-1] - sent, *itls]
+
+    async def main() -> list[list[float]]:
+        out: list[list[float]] = [[] for _ in arrivals]
+        idle.extend([await asyncio.open_connection(host, int(port)) for _ in range(32)])
+        t0 = time.monotonic() + 0.5
+        await asyncio.gather(*(one(t0, i, out) for i in range(len(arrivals))))
+        for _, writer in idle:
+            writer.close()
+        return out
+
+    return uvloop.run(main())
+
+
 def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
     from llmsim.config import load_models_config
     from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals, simulate
@@ -219,35 +285,65 @@ def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
         "itl": statistics.median(sim.itls()),
         "e2e": statistics.median(sim.e2es()),
     }
-    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as server:
+    roots = {"llmsim": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    result: dict[str, Any] = {
+        "rate": args.rate,
+        "requests": len(arrivals),
+        "predicted_ms": {k: v * 1e3 for k, v in predicted.items()},
+        "replays": {},
+    }
+    for name, root in roots.items():
+        for client in ("raw", "aiohttp"):
+            # A fresh server per replay: the same prompts again would hit the prefix cache.
+            replay = replay_ttft(root, client, arrivals, prompt, output)
+            replay["diff_pct"] = {
+                k: (replay["measured_ms"][k] / result["predicted_ms"][k] - 1) * 100 for k in predicted
+            }
+            result["replays"][f"{name}/{client}"] = replay
+            print(f"ttft {name}/{client}: {json.dumps(replay)}", flush=True)
+    print(
+        "\n| | client | TTFT p50 | ITL p50 | E2E p50 | server's simulated TTFT p50 | server lag p50 | client send lateness p50 |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    p_ms = result["predicted_ms"]
+    print(f"| `simulate()` prediction | | {p_ms['ttft']:.2f} ms | {p_ms['itl']:.2f} ms | {p_ms['e2e']:,.1f} ms | | | |")
+    for key, r in result["replays"].items():
+        name, client = key.split("/")
+        m, d = r["measured_ms"], r["diff_pct"]
+        print(
+            f"| {name} | {client} | {m['ttft']:.2f} ms ({d['ttft']:+.1f} %) | {m['itl']:.2f} ms ({d['itl']:+.1f} %) | "
+            f"{m['e2e']:,.1f} ms ({d['e2e']:+.1f} %) | {r['server_simulated_ttft_p50_ms']:.2f} ms | "
+            f"{r['server_lag_p50_ms']:.2f} ms | {r['client_send_lateness_p50_ms']:.2f} ms |"
+        )
+    return result
+
+
+def replay_ttft(root: Path, client: str, arrivals: list[float], prompt: int, output: int) -> dict[str, Any]:
+    """One open-loop replay by ``client`` (raw or aiohttp, its own process on the client core) against a fresh server of ``root``."""
+    function = {"raw": "open_loop_raw_client", "aiohttp": "open_loop_client"}[client]
+    env = {"PYTHONPATH": str(root / "simulator")}
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp), env=env) as server:
         pin(server.process.pid, SERVER_CORE)
         out_file = Path(tmp) / "client.json"
         code = (
             f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from bench.bench_live_timing import open_loop_client as c; "
+            f"from bench.bench_live_timing import {function} as c; "
             f"json.dump(c({server.base_url!r}, {arrivals!r}, {prompt}, {output}), open({str(out_file)!r}, 'w'))"
         )
         subprocess.run(["taskset", "-c", CLIENT_CORE, sys.executable, "-c", code], check=True)
         rows = json.loads(out_file.read_text())
         summary = httpx.get(server.base_url + "/metrics/summary", timeout=10).json()["models"][MODEL]
-    measured = {
-        "ttft": statistics.median(r[1] for r in rows),
-        "itl": statistics.median(x for r in rows for x in r[3:]),
-        "e2e": statistics.median(r[2] for r in rows),
-    }
-    result = {
-        "rate": args.rate,
-        "requests": len(arrivals),
-        "predicted_ms": {k: v * 1e3 for k, v in predicted.items()},
-        "measured_ms": {k: v * 1e3 for k, v in measured.items()},
-        "diff_pct": {k: (measured[k] / predicted[k] - 1) * 100 for k in predicted},
+    return {
+        "measured_ms": {
+            "ttft": statistics.median(r[1] for r in rows) * 1e3,
+            "itl": statistics.median(x for r in rows for x in r[3:]) * 1e3,
+            "e2e": statistics.median(r[2] for r in rows) * 1e3,
+        },
         "client_send_lateness_p50_ms": statistics.median(r[0] for r in rows) * 1e3,
         "server_simulated_ttft_p50_ms": summary["ttft"]["p50"] * 1e3,
         "server_lag_p50_ms": summary["lag"]["p50"] * 1e3,
         "server_lag_p99_ms": summary["lag"]["p99"] * 1e3,
     }
-    print(json.dumps(result, indent=2))
-    return result
 
 
 def main() -> None:

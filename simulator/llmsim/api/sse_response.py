@@ -29,6 +29,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from llmsim.api.http_protocol import CHUNK_WRITER_KEY
+
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
@@ -131,12 +133,15 @@ class SSEResponse(Response, Generic[T]):
         self._writing = False
         # A pushed write the transport made wait, finished by its own task.
         self._inflight: asyncio.Future[None] | None = None
+        # The server's direct chunk write (llmsim serve's protocol), when it offers one.
+        self._write_chunk: Callable[[bytes], bool] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         self._send = send
+        self._write_chunk = scope.get(CHUNK_WRITER_KEY)
         watcher = asyncio.create_task(self._watch(receive, task))
         attach = getattr(self._events, "attach", None)
         if attach is not None:
@@ -168,9 +173,13 @@ class SSEResponse(Response, Generic[T]):
         send = self._send
         assert send is not None
         try:
+            body = self._encode(event)
+            # The server's own chunk write when it applies (not paused, not ended): no coroutine.
+            write_chunk = self._write_chunk
+            if write_chunk is not None and write_chunk(body):
+                return True
             write = cast(
-                Coroutine[Any, Any, None],
-                send({"type": "http.response.body", "body": self._encode(event), "more_body": True}),
+                Coroutine[Any, Any, None], send({"type": "http.response.body", "body": body, "more_body": True})
             )
             waiting_on = write.send(None)
         except StopIteration:
