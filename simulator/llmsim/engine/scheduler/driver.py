@@ -439,16 +439,21 @@ class SchedulerEngine(Engine):
 
         Each goes to its consumer's sink right here when it has one and nothing is queued before
         it (the token is written in this same pass: no task wake-up per stream); otherwise it is
-        queued and its consumer woken. Streams are served in admission order rotated by one each
-        step, so no stream is always the last of a large batch.
+        queued and its consumer woken. First tokens go first: a request's TTFT then carries
+        only the wake-up's lag, not its place in a pass over the whole batch (a few per step at
+        most, so the decode tokens behind them lose a few writes' time). Then streams are served
+        in admission order rotated by one each step, so no stream is always the last of a large batch.
         """
         observer = self._observer
         n = len(released)
         first = self._rotation % n if n else 0
         self._rotation += 1
+        order = released[first:] + released[:first] if first else released
+        starting = [s for s in order if s.num_output_tokens == 1]
+        if starting and len(starting) < n:
+            order = starting + [s for s in order if s.num_output_tokens != 1]
         # Once per released token (up to a thousand per step): one TokenEvent, one call.
-        for k in range(n):
-            stream = released[(first + k) % n]
+        for stream in order:
             index = stream.num_output_tokens - 1
             event = TokenEvent(index, stream.plan.tokens[index], deadline)
             if index == 0:
