@@ -10,8 +10,13 @@ token. Token lag p50/p99 from llmsim's /metrics/summary (reset after warm-up).
 
 Part ``ttft``: a seeded Poisson workload (``--rate`` req/s, 512-token prompts as token ids, 128
 output tokens) predicted by the virtual-time core (``simulate``, the engine of ``llmsim plan``)
-and replayed open loop against ``llmsim serve``; client TTFT/ITL/E2E p50 against the
-prediction, with the server's own simulated TTFT and lag beside them.
+and replayed open loop against ``llmsim serve`` (a fresh server per replay) by two clients in
+their own process: raw asyncio streams (request bytes made ahead, connections kept alive: what is
+left is the server's and the kernel's) and aiohttp (what a typical client adds); client
+TTFT/ITL/E2E p50 against the prediction, with the server's own simulated TTFT and lag beside
+them. Then one request at a time on an idle server splits a lone request's TTFT exactly into the
+simulated TTFT, the first token's lag and the way in and out (``idle_breakdown``).
+With ``--baseline`` every server part runs for that tree too.
 
     .venv/bin/python bench/bench_live_timing.py [--part cpu|ttft|all] [--levels 32,64,128] [--rounds 3]
 
@@ -135,6 +140,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                         "cpu_us_per_token": cpu / result["output_tokens"] * 1e6,
                         "tokens_per_s": result["output_tokens_per_s"],
                         "client_loop_p99_ms": result["client_loop_lateness_p99_ms"],
+                        "client_cpu_share": result["client_cpu_share"],
                     }
                     if name != "floor":
                         summary = httpx.get(u + "/metrics/summary", timeout=10).json()["models"][MODEL]
@@ -153,9 +159,10 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             med["ratio_to_floor"] = {name: med[name]["cpu_us_per_token"] / floor for name in sims}
             rows[str(level)] = {"median": med, "runs": runs}
     print(
-        "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal |"
+        "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal "
+        "| client's core share |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for streams, row in rows.items():
         m = row["median"]
         goal = 1.0 + 0.02 * float(streams)
@@ -163,7 +170,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"| {streams} | {name} | {m[name]['tokens_per_s']:,.0f} | {m[name]['cpu_us_per_token']:.1f} | "
                 f"{m['floor']['cpu_us_per_token']:.1f} | {m['ratio_to_floor'][name]:.2f}x | {m[name]['lag_p50_ms']:.2f} ms | "
-                f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms |"
+                f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms | {m[name]['client_cpu_share']:.0%} |"
             )
     return rows
 
@@ -301,6 +308,8 @@ def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
             }
             result["replays"][f"{name}/{client}"] = replay
             print(f"ttft {name}/{client}: {json.dumps(replay)}", flush=True)
+        result.setdefault("idle_breakdown", {})[name] = breakdown = idle_breakdown(root)
+        print(f"idle breakdown {name}: {json.dumps(breakdown)}", flush=True)
     print(
         "\n| | client | TTFT p50 | ITL p50 | E2E p50 | server's simulated TTFT p50 | server lag p50 | client send lateness p50 |"
     )
@@ -315,7 +324,86 @@ def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
             f"{m['e2e']:,.1f} ms ({d['e2e']:+.1f} %) | {r['server_simulated_ttft_p50_ms']:.2f} ms | "
             f"{r['server_lag_p50_ms']:.2f} ms | {r['client_send_lateness_p50_ms']:.2f} ms |"
         )
+    print(
+        "\n| one request at a time, idle | client TTFT | server's simulated TTFT | first-token lag | way in and out |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for name, b in result["idle_breakdown"].items():
+        print(
+            f"| {name} | {b['client_ttft_ms']:.2f} ms | {b['server_simulated_ttft_ms']:.2f} ms | "
+            f"{b['first_token_lag_ms']:.2f} ms | {b['way_in_and_out_ms']:.2f} ms |"
+        )
     return result
+
+
+def idle_breakdown(root: Path, requests: int = 40) -> dict[str, float]:
+    """Where a lone request's TTFT goes, exactly: one 512-token request at a time on an idle server.
+
+    Each request asks for one token and the server's summary is reset before it, so the summary's
+    exact ``max`` is that request's own value: the simulated TTFT (arrival stamp to first-token
+    deadline) and the first token's lag. What the client measures beyond their sum is the
+    request's way in (send to the stamp at its first parsed byte) and the token's way out (write
+    to the client's read): loopback, the kernel's wake-ups and the two event loops.
+    """
+    code = (
+        f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "from bench.bench_live_timing import idle_client as c; "
+        "print(json.dumps(c(sys.argv[1], int(sys.argv[2]))))"
+    )
+    env = {"PYTHONPATH": str(root / "simulator")}
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp), env=env) as server:
+        pin(server.process.pid, SERVER_CORE)
+        out = subprocess.run(
+            ["taskset", "-c", CLIENT_CORE, sys.executable, "-c", code, server.base_url, str(requests)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    rows: list[list[float]] = json.loads(out.stdout)[5:]  # the first few warm the server up
+    client, simulated, lag = (statistics.median(r[k] for r in rows) for k in range(3))
+    return {
+        "client_ttft_ms": client,
+        "server_simulated_ttft_ms": simulated,
+        "first_token_lag_ms": lag,
+        "way_in_and_out_ms": statistics.median(r[0] - r[1] - r[2] for r in rows),
+    }
+
+
+def idle_client(url: str, requests: int) -> list[list[float]]:
+    """Per request [client TTFT, server's simulated TTFT, first-token lag] in ms (see :func:`idle_breakdown`)."""
+    import uvloop
+
+    host, port = url.removeprefix("http://").split(":")
+
+    async def main() -> list[list[float]]:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        rows: list[list[float]] = []
+        async with httpx.AsyncClient() as admin:
+            for i in range(requests):
+                await admin.delete(url + "/metrics/summary")
+                await asyncio.sleep(0.05)
+                ids = [(i * 7919 + k) % 30000 + 1 for k in range(512)]
+                body = json.dumps({"model": MODEL, "prompt": ids, "max_tokens": 1, "stream": True}).encode()
+                head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                payload = head.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                sent = time.monotonic()
+                writer.write(payload)
+                first = None
+                buf = b""
+                while not buf.endswith(b"\r\n0\r\n\r\n"):
+                    data = await reader.read(65536)
+                    if not data:
+                        raise RuntimeError("the server closed the connection mid-response")
+                    buf += data
+                    if first is None and b'"choices":[{' in buf:
+                        first = time.monotonic()
+                assert first is not None
+                summary = (await admin.get(url + "/metrics/summary")).json()["models"][MODEL]
+                rows.append([(first - sent) * 1e3, summary["ttft"]["max"] * 1e3, summary["lag"]["max"] * 1e3])
+        writer.close()
+        return rows
+
+    return uvloop.run(main())
 
 
 def replay_ttft(root: Path, client: str, arrivals: list[float], prompt: int, output: int) -> dict[str, Any]:
