@@ -3,8 +3,8 @@
 uvloop's timers (libuv's) count whole milliseconds: a timer fires when the loop's cached
 millisecond time reaches it, and the loop's ``epoll_wait`` sleeps whole milliseconds too. So a
 wake-up lands anywhere from ~1.5 ms early to ~1 ms late, and :class:`MonotonicClock` (which must
-never return early) waits out the early ones with a second timer: a token leaves 0-2 ms after its
-deadline, ≈1 ms on average, whatever the server's load. That is most of the scheduler engine's lag
+never return early) waits out the early ones with a second timer: a step wakes 0-2 ms after its
+deadline (≈0.6 ms at the median on a quiet server), whatever the server's load. That is most of the scheduler engine's lag
 on a quiet server, and it reaches the client as TTFT and ITL that ``llmsim plan`` does not predict.
 
 A timerfd armed at the absolute ``CLOCK_MONOTONIC`` nanosecond (``time.monotonic``'s clock) and
