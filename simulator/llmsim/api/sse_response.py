@@ -14,8 +14,9 @@ or once :data:`MAX_BATCH_CHUNKS` have piled up. The bytes are the same sequence 
 only their split into writes changes. A token that arrives after a wait is written at once.
 
 Backpressure: every write goes through the server's ``send``, which waits while the transport
-is paused (the peer's buffers are full), and a stream never encodes more than one batch ahead
-of what it has handed over. So one connection holds at most the transport's high-water mark
+is paused (the peer's buffers are full), or through llmsim serve's chunk writer, which refuses
+to write on a paused transport (the token then goes through ``send``); and a stream never
+encodes more than one batch ahead of what it has handed over. So one connection holds at most the transport's high-water mark
 plus one batch, and a slow or stalled reader costs the others nothing.
 """
 
