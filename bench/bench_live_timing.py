@@ -10,8 +10,13 @@ token. Token lag p50/p99 from llmsim's /metrics/summary (reset after warm-up).
 
 Part ``ttft``: a seeded Poisson workload (``--rate`` req/s, 512-token prompts as token ids, 128
 output tokens) predicted by the virtual-time core (``simulate``, the engine of ``llmsim plan``)
-and replayed open loop against ``llmsim serve``; client TTFT/ITL/E2E p50 against the
-prediction, with the server's own simulated TTFT and lag beside them.
+and replayed open loop against ``llmsim serve`` (a fresh server per replay) by two clients in
+their own process: raw asyncio streams (request bytes made ahead, connections kept alive: what is
+left is the server's and the kernel's) and aiohttp (what a typical client adds); client
+TTFT/ITL/E2E p50 against the prediction, with the server's own simulated TTFT and lag beside
+them. Then one request at a time on an idle server splits a lone request's TTFT exactly into the
+simulated TTFT, the first token's lag and the way in and out (``idle_breakdown``).
+With ``--baseline`` every server part runs for that tree too.
 
     .venv/bin/python bench/bench_live_timing.py [--part cpu|ttft|all] [--levels 32,64,128] [--rounds 3]
 
@@ -135,6 +140,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
                         "cpu_us_per_token": cpu / result["output_tokens"] * 1e6,
                         "tokens_per_s": result["output_tokens_per_s"],
                         "client_loop_p99_ms": result["client_loop_lateness_p99_ms"],
+                        "client_cpu_share": result["client_cpu_share"],
                     }
                     if name != "floor":
                         summary = httpx.get(u + "/metrics/summary", timeout=10).json()["models"][MODEL]
@@ -153,9 +159,10 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             med["ratio_to_floor"] = {name: med[name]["cpu_us_per_token"] / floor for name in sims}
             rows[str(level)] = {"median": med, "runs": runs}
     print(
-        "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal |"
+        "\n| streams | variant | tok/s | server CPU µs/token | bare floor µs/token | ratio | lag p50 | lag p99 | lag p99 goal "
+        "| client's core share |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for streams, row in rows.items():
         m = row["median"]
         goal = 1.0 + 0.02 * float(streams)
@@ -163,7 +170,7 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"| {streams} | {name} | {m[name]['tokens_per_s']:,.0f} | {m[name]['cpu_us_per_token']:.1f} | "
                 f"{m['floor']['cpu_us_per_token']:.1f} | {m['ratio_to_floor'][name]:.2f}x | {m[name]['lag_p50_ms']:.2f} ms | "
-                f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms |"
+                f"{m[name]['lag_p99_ms']:.2f} ms | {goal:.2f} ms | {m[name]['client_cpu_share']:.0%} |"
             )
     return rows
 
@@ -204,6 +211,72 @@ def open_loop_client(url: str, arrivals: list[float], prompt_tokens: int, output
     return uvloop.run(main())
 
 
+def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, output_tokens: int) -> list[list[float]]:
+    """As :func:`open_loop_client`, on raw asyncio streams: the request's bytes are made before its
+    send time, connections are opened ahead and kept alive, and a read only scans for event ends.
+
+    What is left between ``sent`` and the first token is the server's and the kernel's, plus one
+    ``read`` of this loop (no HTTP client library's parsing, pooling or task hops).
+    """
+    import uvloop
+
+    host, port = url.removeprefix("http://").split(":")
+
+    def request(i: int) -> bytes:
+        ids = [(i * 7919 + k) % 30000 + 1 for k in range(prompt_tokens)]
+        body = json.dumps(
+            {"model": MODEL, "prompt": ids, "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
+        ).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        return head.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while idle:
+            reader, writer = idle.pop()  # the most recently used: the least likely to have timed out
+            if not reader.at_eof():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(host, int(port))
+
+    async def one(t0: float, i: int, out: list[list[float]]) -> None:
+        payload = request(i)
+        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic() - 0.005))
+        reader, writer = await connection()
+        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+        sent = time.monotonic()
+        writer.write(payload)
+        times: list[float] = []
+        buf = b""
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise RuntimeError("the server closed the connection mid-response")
+            now = time.monotonic()
+            buf += data
+            end = buf.rfind(b"\n\n")
+            if end >= 0:
+                events, buf = buf[:end].split(b"\n\n"), buf[end + 2 :]
+                times += [now for e in events if b'"choices":[{' in e]
+            if buf.endswith(b"\r\n0\r\n\r\n") and len(times) >= output_tokens:
+                break
+        idle.append((reader, writer))
+        itls = [b - a for a, b in itertools.pairwise(times)]
+        out[i] = [sent - (t0 + arrivals[i]), times[0] - sent, times[-1] - sent, *itls]
+
+    async def main() -> list[list[float]]:
+        out: list[list[float]] = [[] for _ in arrivals]
+        idle.extend([await asyncio.open_connection(host, int(port)) for _ in range(32)])
+        t0 = time.monotonic() + 0.5
+        await asyncio.gather(*(one(t0, i, out) for i in range(len(arrivals))))
+        for _, writer in idle:
+            writer.close()
+        return out
+
+    return uvloop.run(main())
+
+
 def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
     from llmsim.config import load_models_config
     from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals, simulate
@@ -219,35 +292,146 @@ def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
         "itl": statistics.median(sim.itls()),
         "e2e": statistics.median(sim.e2es()),
     }
-    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp)) as server:
+    roots = {"llmsim": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    result: dict[str, Any] = {
+        "rate": args.rate,
+        "requests": len(arrivals),
+        "predicted_ms": {k: v * 1e3 for k, v in predicted.items()},
+        "replays": {},
+    }
+    for name, root in roots.items():
+        for client in ("raw", "aiohttp"):
+            # A fresh server per replay: the same prompts again would hit the prefix cache.
+            replay = replay_ttft(root, client, arrivals, prompt, output)
+            replay["diff_pct"] = {
+                k: (replay["measured_ms"][k] / result["predicted_ms"][k] - 1) * 100 for k in predicted
+            }
+            result["replays"][f"{name}/{client}"] = replay
+            print(f"ttft {name}/{client}: {json.dumps(replay)}", flush=True)
+        result.setdefault("idle_breakdown", {})[name] = breakdown = idle_breakdown(root)
+        print(f"idle breakdown {name}: {json.dumps(breakdown)}", flush=True)
+    print(
+        "\n| | client | TTFT p50 | ITL p50 | E2E p50 | server's simulated TTFT p50 | server lag p50 | client send lateness p50 |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    p_ms = result["predicted_ms"]
+    print(f"| `simulate()` prediction | | {p_ms['ttft']:.2f} ms | {p_ms['itl']:.2f} ms | {p_ms['e2e']:,.1f} ms | | | |")
+    for key, r in result["replays"].items():
+        name, client = key.split("/")
+        m, d = r["measured_ms"], r["diff_pct"]
+        print(
+            f"| {name} | {client} | {m['ttft']:.2f} ms ({d['ttft']:+.1f} %) | {m['itl']:.2f} ms ({d['itl']:+.1f} %) | "
+            f"{m['e2e']:,.1f} ms ({d['e2e']:+.1f} %) | {r['server_simulated_ttft_p50_ms']:.2f} ms | "
+            f"{r['server_lag_p50_ms']:.2f} ms | {r['client_send_lateness_p50_ms']:.2f} ms |"
+        )
+    print(
+        "\n| one request at a time, idle | client TTFT | server's simulated TTFT | first-token lag | way in and out |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for name, b in result["idle_breakdown"].items():
+        print(
+            f"| {name} | {b['client_ttft_ms']:.2f} ms | {b['server_simulated_ttft_ms']:.2f} ms | "
+            f"{b['first_token_lag_ms']:.2f} ms | {b['way_in_and_out_ms']:.2f} ms |"
+        )
+    return result
+
+
+def idle_breakdown(root: Path, requests: int = 40) -> dict[str, float]:
+    """Where a lone request's TTFT goes, exactly: one 512-token request at a time on an idle server.
+
+    Each request asks for one token and the server's summary is reset before it, so the summary's
+    exact ``max`` is that request's own value: the simulated TTFT (arrival stamp to first-token
+    deadline) and the first token's lag. What the client measures beyond their sum is the
+    request's way in (send to the stamp at its first parsed byte) and the token's way out (write
+    to the client's read): loopback, the kernel's wake-ups and the two event loops.
+    """
+    code = (
+        f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "from bench.bench_live_timing import idle_client as c; "
+        "print(json.dumps(c(sys.argv[1], int(sys.argv[2]))))"
+    )
+    env = {"PYTHONPATH": str(root / "simulator")}
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp), env=env) as server:
+        pin(server.process.pid, SERVER_CORE)
+        out = subprocess.run(
+            ["taskset", "-c", CLIENT_CORE, sys.executable, "-c", code, server.base_url, str(requests)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    rows: list[list[float]] = json.loads(out.stdout)[5:]  # the first few warm the server up
+    client, simulated, lag = (statistics.median(r[k] for r in rows) for k in range(3))
+    return {
+        "client_ttft_ms": client,
+        "server_simulated_ttft_ms": simulated,
+        "first_token_lag_ms": lag,
+        "way_in_and_out_ms": statistics.median(r[0] - r[1] - r[2] for r in rows),
+    }
+
+
+def idle_client(url: str, requests: int) -> list[list[float]]:
+    """Per request [client TTFT, server's simulated TTFT, first-token lag] in ms (see :func:`idle_breakdown`)."""
+    import uvloop
+
+    host, port = url.removeprefix("http://").split(":")
+
+    async def main() -> list[list[float]]:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        rows: list[list[float]] = []
+        async with httpx.AsyncClient() as admin:
+            for i in range(requests):
+                await admin.delete(url + "/metrics/summary")
+                await asyncio.sleep(0.05)
+                ids = [(i * 7919 + k) % 30000 + 1 for k in range(512)]
+                body = json.dumps({"model": MODEL, "prompt": ids, "max_tokens": 1, "stream": True}).encode()
+                head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                payload = head.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                sent = time.monotonic()
+                writer.write(payload)
+                first = None
+                buf = b""
+                while not buf.endswith(b"\r\n0\r\n\r\n"):
+                    data = await reader.read(65536)
+                    if not data:
+                        raise RuntimeError("the server closed the connection mid-response")
+                    buf += data
+                    if first is None and b'"choices":[{' in buf:
+                        first = time.monotonic()
+                assert first is not None
+                summary = (await admin.get(url + "/metrics/summary")).json()["models"][MODEL]
+                rows.append([(first - sent) * 1e3, summary["ttft"]["max"] * 1e3, summary["lag"]["max"] * 1e3])
+        writer.close()
+        return rows
+
+    return uvloop.run(main())
+
+
+def replay_ttft(root: Path, client: str, arrivals: list[float], prompt: int, output: int) -> dict[str, Any]:
+    """One open-loop replay by ``client`` (raw or aiohttp, its own process on the client core) against a fresh server of ``root``."""
+    function = {"raw": "open_loop_raw_client", "aiohttp": "open_loop_client"}[client]
+    env = {"PYTHONPATH": str(root / "simulator")}
+    with tempfile.TemporaryDirectory() as tmp, running_server(Path(tmp), env=env) as server:
         pin(server.process.pid, SERVER_CORE)
         out_file = Path(tmp) / "client.json"
         code = (
             f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "from bench.bench_live_timing import open_loop_client as c; "
+            f"from bench.bench_live_timing import {function} as c; "
             f"json.dump(c({server.base_url!r}, {arrivals!r}, {prompt}, {output}), open({str(out_file)!r}, 'w'))"
         )
         subprocess.run(["taskset", "-c", CLIENT_CORE, sys.executable, "-c", code], check=True)
         rows = json.loads(out_file.read_text())
         summary = httpx.get(server.base_url + "/metrics/summary", timeout=10).json()["models"][MODEL]
-    measured = {
-        "ttft": statistics.median(r[1] for r in rows),
-        "itl": statistics.median(x for r in rows for x in r[3:]),
-        "e2e": statistics.median(r[2] for r in rows),
-    }
-    result = {
-        "rate": args.rate,
-        "requests": len(arrivals),
-        "predicted_ms": {k: v * 1e3 for k, v in predicted.items()},
-        "measured_ms": {k: v * 1e3 for k, v in measured.items()},
-        "diff_pct": {k: (measured[k] / predicted[k] - 1) * 100 for k in predicted},
+    return {
+        "measured_ms": {
+            "ttft": statistics.median(r[1] for r in rows) * 1e3,
+            "itl": statistics.median(x for r in rows for x in r[3:]) * 1e3,
+            "e2e": statistics.median(r[2] for r in rows) * 1e3,
+        },
         "client_send_lateness_p50_ms": statistics.median(r[0] for r in rows) * 1e3,
         "server_simulated_ttft_p50_ms": summary["ttft"]["p50"] * 1e3,
         "server_lag_p50_ms": summary["lag"]["p50"] * 1e3,
         "server_lag_p99_ms": summary["lag"]["p99"] * 1e3,
     }
-    print(json.dumps(result, indent=2))
-    return result
 
 
 def main() -> None:

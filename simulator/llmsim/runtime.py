@@ -38,6 +38,7 @@ from llmsim.engine.scheduler.params import (
     default_limits,
     num_kv_blocks,
 )
+from llmsim.engine.timer_fd_clock import precise
 from llmsim.errors import ConfigError
 from llmsim.kv_events import KVEventStream, ZmqPublisher
 from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
@@ -189,7 +190,9 @@ def build_engine(
         if params.enable_kv_cache_events and not params.enable_prefix_caching:
             # vLLM's own warning: nothing is ever stored, so only AllBlocksCleared could be sent.
             logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
-        return BuiltEngine(SchedulerEngine(params, clock, observer), info, cache_config)
+        # One sleep per step, so the step loop can afford a timer that wakes at the deadline's
+        # microsecond rather than the event loop's millisecond (most of a quiet server's lag).
+        return BuiltEngine(SchedulerEngine(params, precise(clock), observer), info, cache_config)
     if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
         raise ConfigError(
             file,

@@ -1,20 +1,55 @@
-"""uvicorn's HTTP protocol (httptools), stamping each request's arrival as its first byte is parsed.
+"""uvicorn's HTTP protocol (httptools), stamping each request's arrival as its first byte is parsed,
+and offering the response a direct write of one body chunk.
 
 The ASGI app runs in a task of its own, which starts only after whatever else the event loop had
 queued: a step releasing a token to 64 streams takes a millisecond or two. A stamp taken there
 would place the request that much later on the simulated timeline than its client sent it, and
 now and then past a step start it had made: the client's TTFT would grow by a step. The stamp is
 taken here instead, when uvicorn parses the request line, and LlmsimApp uses it.
+
+The chunk writer (:data:`CHUNK_WRITER_KEY`): a streamed token goes out as one chunk of the
+response's chunked body. uvicorn's ``send`` does that after a coroutine, a message dict and a
+dozen checks per call; :class:`ChunkWriter` does only what ``send`` does for a body chunk of a
+started, chunked, unfinished response on a connection that is not paused: frame it and hand it to
+the transport. In any other state it refuses (returns False) and the caller goes through ``send``,
+which waits on a paused transport (backpressure) or ends the response.
 """
 
 from __future__ import annotations
 
 import time
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 #: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
 ARRIVAL_KEY = "llmsim.arrival"
+#: The scope key of the request's :meth:`ChunkWriter.write` (absent under another server).
+CHUNK_WRITER_KEY = "llmsim.write_chunk"
+
+
+class ChunkWriter:
+    """One body chunk of the response of one request, written straight to its transport when ``send`` would do just that."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, body: bytes) -> bool:
+        """Write ``body`` as the next chunk, or refuse (False) where ``send`` must decide."""
+        cycle = self._cycle
+        if (
+            cycle.flow.write_paused
+            or cycle.disconnected
+            or not cycle.response_started
+            or cycle.response_complete
+            or not cycle.chunked_encoding
+        ):
+            return False
+        if body:
+            # As uvicorn's send frames a chunk (httptools_impl.RequestResponseCycle.send).
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
 
 
 class StampingHttpToolsProtocol(HttpToolsProtocol):
@@ -23,3 +58,9 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope[ARRIVAL_KEY] = time.monotonic()  # type: ignore[literal-required]
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not on an upgrade, which makes no cycle
+            self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle).write  # type: ignore[literal-required]

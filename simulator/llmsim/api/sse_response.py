@@ -14,8 +14,9 @@ or once :data:`MAX_BATCH_CHUNKS` have piled up. The bytes are the same sequence 
 only their split into writes changes. A token that arrives after a wait is written at once.
 
 Backpressure: every write goes through the server's ``send``, which waits while the transport
-is paused (the peer's buffers are full), and a stream never encodes more than one batch ahead
-of what it has handed over. So one connection holds at most the transport's high-water mark
+is paused (the peer's buffers are full), or through llmsim serve's chunk writer, which refuses
+to write on a paused transport (the token then goes through ``send``); and a stream never
+encodes more than one batch ahead of what it has handed over. So one connection holds at most the transport's high-water mark
 plus one batch, and a slow or stalled reader costs the others nothing.
 """
 
@@ -28,6 +29,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from llmsim.api.http_protocol import CHUNK_WRITER_KEY
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -131,12 +134,15 @@ class SSEResponse(Response, Generic[T]):
         self._writing = False
         # A pushed write the transport made wait, finished by its own task.
         self._inflight: asyncio.Future[None] | None = None
+        # The server's direct chunk write (llmsim serve's protocol), when it offers one.
+        self._write_chunk: Callable[[bytes], bool] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         self._send = send
+        self._write_chunk = scope.get(CHUNK_WRITER_KEY)
         watcher = asyncio.create_task(self._watch(receive, task))
         attach = getattr(self._events, "attach", None)
         if attach is not None:
@@ -168,9 +174,13 @@ class SSEResponse(Response, Generic[T]):
         send = self._send
         assert send is not None
         try:
+            body = self._encode(event)
+            # The server's own chunk write when it applies (not paused, not ended): no coroutine.
+            write_chunk = self._write_chunk
+            if write_chunk is not None and write_chunk(body):
+                return True
             write = cast(
-                Coroutine[Any, Any, None],
-                send({"type": "http.response.body", "body": self._encode(event), "more_body": True}),
+                Coroutine[Any, Any, None], send({"type": "http.response.body", "body": body, "more_body": True})
             )
             waiting_on = write.send(None)
         except StopIteration:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 import pytest
 
@@ -319,13 +320,13 @@ async def test_a_plan_without_tokens_ends_after_its_prefill() -> None:
 
 
 class LateClock:
-    """Every deadline is already 1 ms past when reached: sleep_until never suspends."""
+    """A host running a second behind: every deadline is already past when reached, and sleep_until never suspends."""
 
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        return asyncio.get_running_loop().time() + 1.0
 
     async def sleep_until(self, deadline: float) -> float:
-        return 0.001
+        return max(0.0, self.now() - deadline)
 
 
 async def test_a_loop_running_late_still_lets_consumers_and_arrivals_in() -> None:
@@ -337,7 +338,8 @@ async def test_a_loop_running_late_still_lets_consumers_and_arrivals_in() -> Non
         seen_at_step.append(len(rec.steps))
     # Each token reaches its consumer before the following step has run.
     assert seen_at_step == [1, 2, 3, 4, 5]
-    assert all(s.lag == 0.001 for s in rec.steps)
+    # Steps of a few ms from an arrival at 0, on a clock at least a second past it: every one is late.
+    assert all(s.lag > 0.9 for s in rec.steps)
     await engine.stop()
 
 
@@ -461,4 +463,39 @@ async def test_an_attached_sink_takes_each_token_at_its_release_and_refusals_are
     assert [e.index for e in await collect(refused)] == [0, 1, 2, 3, 4]
     await taken.aclose()
     await refused.aclose()
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_first_token_is_handed_over_before_the_decode_tokens_of_its_step() -> None:
+    engine, clock = await started(seed_params(), Recorder())
+    handed: list[tuple[float, str, int]] = []
+    decoding = asyncio.Event()
+
+    def sink_of(name: str) -> Any:
+        def sink(event: TokenEvent) -> bool:
+            handed.append((event.sim_time, name, event.index))
+            if len(handed) >= 4:
+                decoding.set()
+            return True
+
+        return sink
+
+    arrival = clock.now()
+    early = await engine.submit([plan(400), plan(400)], arrival, [RequestId("a"), RequestId("b")])
+    for name, stream in zip("ab", early, strict=True):
+        assert stream.attach(sink_of(name))
+    await decoding.wait()  # a and b have their first two tokens each
+    (late,) = await engine.submit([plan(3)], clock.now(), [RequestId("c")])
+    assert late.attach(sink_of("c"))
+    for stream in (*early, late):
+        await collect(stream)
+    (step_of_c,) = [t for t, name, index in handed if name == "c" and index == 0]
+    in_that_step = [(name, index) for t, name, index in handed if t == step_of_c]
+    # c's first token, then the decode tokens a and b got in the same step.
+    assert in_that_step[0] == ("c", 0)
+    assert sorted(name for name, _ in in_that_step[1:]) == ["a", "b"]
+    assert all(index > 0 for _, index in in_that_step[1:])
+    for stream in (*early, late):
+        await stream.aclose()
     await engine.stop()

@@ -439,16 +439,21 @@ class SchedulerEngine(Engine):
 
         Each goes to its consumer's sink right here when it has one and nothing is queued before
         it (the token is written in this same pass: no task wake-up per stream); otherwise it is
-        queued and its consumer woken. Streams are served in admission order rotated by one each
-        step, so no stream is always the last of a large batch.
+        queued and its consumer woken. First tokens go first: a request's TTFT then carries
+        only the wake-up's lag, not its place in a pass over the whole batch (a few per step at
+        most, so the decode tokens behind them lose a few writes' time). Then streams are served
+        in admission order rotated by one each step, so no stream is always the last of a large batch.
         """
         observer = self._observer
         n = len(released)
         first = self._rotation % n if n else 0
         self._rotation += 1
+        order = released[first:] + released[:first] if first else released
+        starting = [s for s in order if s.num_output_tokens == 1]
+        if starting and len(starting) < n:
+            order = starting + [s for s in order if s.num_output_tokens != 1]
         # Once per released token (up to a thousand per step): one TokenEvent, one call.
-        for k in range(n):
-            stream = released[(first + k) % n]
+        for stream in order:
             index = stream.num_output_tokens - 1
             event = TokenEvent(index, stream.plan.tokens[index], deadline)
             if index == 0:
@@ -485,11 +490,14 @@ class SchedulerEngine(Engine):
             out = sched.schedule(step_start)
             duration = step_duration(out)
             deadline = step_start + duration
-            lag = await clock.sleep_until(deadline)
-            if lag > 0.0:
-                # A late deadline returns without suspending: yield anyway, or a loop running
-                # behind would starve its consumers and new arrivals until it caught up.
+            if clock.now() < deadline:
+                lag = await clock.sleep_until(deadline)
+            else:
+                # A late deadline would return without suspending: yield anyway, or a loop running
+                # behind would starve its consumers and new arrivals until it caught up. (Only
+                # then: a wake-up a few µs late releases at once, not after another loop turn.)
                 await asyncio.sleep(0)
+                lag = max(0.0, clock.now() - deadline)
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
             self._release(result.released, deadline)
