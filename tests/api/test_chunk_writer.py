@@ -99,3 +99,16 @@ async def test_it_refuses_a_response_with_a_content_length() -> None:
     transport.written.clear()
     assert not ChunkWriter(c).write(b"x")
     assert transport.written == []
+
+
+def test_a_uvicorn_whose_cycle_lacks_the_state_gets_no_writer(monkeypatch: Any) -> None:
+    # The writer reads uvicorn internals: a cycle without one of them (another uvicorn) means every
+    # chunk goes through send, never a writer guessing at the state.
+    from llmsim.api import http_protocol
+
+    real, _ = cycle()
+    monkeypatch.setattr(http_protocol, "_WRITABLE", None)
+    assert http_protocol._writable(real) is True
+    monkeypatch.setattr(http_protocol, "_WRITABLE", None)
+    del real.chunked_encoding
+    assert http_protocol._writable(real) is False

@@ -25,6 +25,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 ARRIVAL_KEY = "llmsim.arrival"
 #: The scope key of the request's :meth:`ChunkWriter.write` (absent under another server).
 CHUNK_WRITER_KEY = "llmsim.write_chunk"
+#: The cycle's state ChunkWriter reads: uvicorn internals, so a uvicorn without one of them gets no
+#: writer (every chunk through ``send``) rather than a wrong one.
+_CYCLE_STATE = ("flow", "disconnected", "response_started", "response_complete", "chunked_encoding", "transport")
 
 
 class ChunkWriter:
@@ -62,5 +65,17 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:  # not on an upgrade, which makes no cycle
+        # Not on an upgrade, which makes no cycle.
+        if cycle is not None and cycle.scope is self.scope and _writable(cycle):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle).write  # type: ignore[literal-required]
+
+
+def _writable(cycle: RequestResponseCycle) -> bool:
+    """Whether this uvicorn's cycle has the state :class:`ChunkWriter` reads (checked on the first, once)."""
+    global _WRITABLE
+    if _WRITABLE is None:
+        _WRITABLE = all(hasattr(cycle, name) for name in _CYCLE_STATE) and hasattr(cycle.flow, "write_paused")
+    return _WRITABLE
+
+
+_WRITABLE: bool | None = None
