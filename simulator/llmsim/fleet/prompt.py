@@ -19,13 +19,18 @@ block hashes: equal exactly when the two prompts agree on every token up to the 
     block i = hash((block i-1, pieces of the segments inside tokens [16i, 16i + 16)))
     piece   = (segment code, first offset, end offset)   or the block's explicit ids, as one piece
     block i = hash((block i-1, segment code, first offset))   when one synthetic segment fills it
+    block i = segment code x 2^32 + i                         inside a prompt's first synthetic segment
 
 Two prompts agree on their first k tokens exactly when their segments do (the rule
 :meth:`Prompt.shared_prefix` states), so the cache finds the same hits as with vLLM's sha256 of
 the token ids, at a fraction of the cost: no ids are made and no sha256 is taken.
-NOTE: a deliberate difference, for speed (bench/README.md has the figures). Identities are 64-bit
-(Python's tuple hash of integers, the same in every process): two different blocks would collide
-with a probability near 1e-8 in a run of a million blocks.
+NOTE: a deliberate difference, for speed (bench/README.md has the figures). Identities are
+integers: the blocks of a prompt's first segment (a system prompt, or a whole prompt known only
+by its length: most blocks of most workloads) are numbered from their segment's code, one
+``range`` per prompt with no hashing at all (the code is 64-bit, so ``i < 2^32`` keeps them
+distinct); the others are 64-bit tuple hashes (Python's hash of integers, the same in every
+process). Two different blocks would collide with a probability near 1e-8 in a run of a million
+blocks, as with 64-bit digests.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from llmsim.engine.scheduler.block_hash import BlockHash
 
 #: Synthetic token ids are drawn below this (Llama 3's vocabulary size).
 VOCAB_SIZE = 128_256
@@ -44,6 +51,8 @@ _ROOT = 0x6C6C6D73696D
 _IDS = -1
 #: Memoized prefixes kept per block size before the memo starts over.
 _MEMO_SIZE = 4096
+#: A first segment's block ``i`` is ``code << _INDEX_BITS | i`` (``i`` below 2^32: any context).
+_INDEX_BITS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +137,8 @@ def _code(key: str) -> int:
 #: A piece of a block: ``(code, start, end)`` of a synthetic segment, or ``(_IDS, ids)``.
 _Piece = tuple[Any, ...]
 #: Full-block identities of a run of segments (not to be mutated), the pieces of its trailing
-#: partial block, their length in tokens, and the last full block's identity as an integer.
-_Chain = tuple[list[bytes], tuple[_Piece, ...], int, int]
+#: partial block, their length in tokens, and the last full block's identity.
+_Chain = tuple[list[BlockHash], tuple[_Piece, ...], int, int]
 
 
 class BlockHasher:
@@ -150,9 +159,9 @@ class BlockHasher:
         # Segments -> (block identities, pieces of the partial block, its length, last identity).
         self._memo: dict[tuple[Segment, ...], _Chain] = {}
         # The last prompt asked for: a router asks once per replica for the same prompt.
-        self._last: tuple[tuple[Segment, ...], list[bytes]] | None = None
+        self._last: tuple[tuple[Segment, ...], list[BlockHash]] | None = None
 
-    def of(self, segments: tuple[Segment, ...]) -> list[bytes]:
+    def of(self, segments: tuple[Segment, ...]) -> list[BlockHash]:
         """Identities of the full blocks of ``segments`` (a prompt's, or a prompt's plus its answer's).
 
         The list is shared with the memo: copy it before changing it.
@@ -171,6 +180,7 @@ class BlockHasher:
             return known
         if len(memo) >= _MEMO_SIZE:
             memo.clear()
+        bs = self.block_size
         # The longest memoized prefix; a prompt has a handful of segments.
         k = len(segments) - 1
         while k > 0 and segments[:k] not in memo:
@@ -180,7 +190,24 @@ class BlockHasher:
             hashes = list(done)
         else:
             hashes, partial, filled, parent = [], (), 0, _ROOT
-        bs = self.block_size
+        if parent == _ROOT and not filled:
+            # Nothing but empty segments so far. The first segment with tokens, if synthetic: its
+            # whole blocks need no chain, they are numbered from its code (no hashing at all).
+            while k < len(segments) and not segments[k].length:
+                k += 1
+            first = segments[k] if k < len(segments) else None
+            if first is not None and first.ids is None and first.length >= bs:
+                code = self._code(first.key)
+                base = code << _INDEX_BITS
+                count = first.length // bs
+                hashes = list(range(base, base + count))
+                parent = base + count - 1
+                if count * bs < first.length:
+                    partial, filled = ((code, count * bs, first.length),), first.length - count * bs
+                k += 1
+                if k < len(segments):
+                    # What other prompts of this system prompt or conversation start from.
+                    memo[segments[:k]] = (list(hashes), partial, filled, parent)
         append = hashes.append
         for i in range(k, len(segments)):
             segment = segments[i]
@@ -201,7 +228,7 @@ class BlockHasher:
                 filled += offset
                 if filled == bs:
                     parent = hash((parent, partial))
-                    append(parent.to_bytes(8, "big", signed=True))
+                    append(parent)
                     partial, filled = (), 0
             # Whole blocks of this segment: one hash each (P / block_size per prompt).
             whole = offset + (length - offset) // bs * bs
@@ -210,11 +237,11 @@ class BlockHasher:
                 # to build and hash. Its length (3) tells it from a block of pieces (2).
                 for o in range(offset, whole, bs):
                     parent = hash((parent, code, o))
-                    append(parent.to_bytes(8, "big", signed=True))
+                    append(parent)
             else:
                 for o in range(offset, whole, bs):
                     parent = hash((parent, ((_IDS, ids[o : o + bs]),)))
-                    append(parent.to_bytes(8, "big", signed=True))
+                    append(parent)
             if whole < length:
                 partial = ((code, whole, length) if ids is None else (_IDS, ids[whole:length]),)
                 filled = length - whole

@@ -28,6 +28,7 @@ import dataclasses
 import math
 from collections import Counter
 
+from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff, ready_time
@@ -212,7 +213,7 @@ class Replica:
         With prefix caching its blocks get their identities (prompt, then the answer a later
         prompt quotes), so it hits what other requests cached and caches what it computes.
         """
-        hashes: list[bytes] = []
+        hashes: list[BlockHash] = []
         hasher = self._hasher
         if hasher is not None and request.prompt_tokens > 0:
             segments = request.prompt.segments

@@ -24,10 +24,23 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["NONE_HASH", "ExtraKeys", "hash_block_tokens", "hash_blocks", "lora_extra_keys", "to_event_hash"]
+__all__ = [
+    "NONE_HASH",
+    "BlockHash",
+    "ExtraKeys",
+    "hash_block_tokens",
+    "hash_blocks",
+    "lora_extra_keys",
+    "to_event_hash",
+]
 
 #: ``None`` or a tuple of tagged keys, e.g. ``(("lora", "sql-lora", "/adapters/sql"),)``.
 ExtraKeys = tuple[Any, ...] | None
+
+#: A full block's identity in the prefix cache: vLLM's sha256 digest (below), or the fleet
+#: planner's integer derived from a prompt's segments (``llmsim.fleet.prompt``). The pool only
+#: compares them; KV events, which carry digests, are recorded for digests only.
+BlockHash = bytes | int
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _dumps = pickle.dumps

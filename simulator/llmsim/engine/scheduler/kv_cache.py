@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 
+from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.sequence import Sequence
 from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
@@ -56,6 +57,13 @@ NULL_BLOCK = 0
 #: Consumed entries at the front of the free queue's list beyond which (and beyond half the list)
 #: they are dropped.
 COMPACT_AFTER = 4096
+
+
+def _digest(block_hash: BlockHash) -> bytes:
+    """A block's hash as a KV event carries it: only engines that hash token ids (sha256 digests)
+    record events; the fleet planner's integer identities never reach one."""
+    assert isinstance(block_hash, bytes), "KV events are recorded only for blocks hashed from token ids"
+    return block_hash
 
 
 class KVCache:
@@ -102,7 +110,7 @@ class KVCache:
         self._ref = [0] * num_blocks
         self._ref[NULL_BLOCK] = 1
         # Hash of a block that is (or was, until evicted) a cached full block.
-        self._hash: list[bytes | None] = [None] * num_blocks
+        self._hash: list[BlockHash | None] = [None] * num_blocks
         # The free queue: entries _queue[_head:], front first; stale entries (hits taken off the
         # middle) counted per block in _stale and in all in _num_stale (see the module's notes).
         self._queue: list[int] = list(range(1, num_blocks))
@@ -110,7 +118,7 @@ class KVCache:
         self._stale = [0] * num_blocks
         self._num_stale = 0
         # Cached full blocks by hash: one block id, or a list when identical blocks were computed twice.
-        self._cached: dict[bytes, int | list[int]] = {}
+        self._cached: dict[BlockHash, int | list[int]] = {}
         # Blocks held by some sequence (the null block excluded).
         self.num_used = 0
         self.events: list[KVCacheEvent] | None = [] if record_events else None
@@ -138,7 +146,7 @@ class KVCache:
 
     # -- prefix cache lookups ---------------------------------------------------------------
 
-    def count_cached_prefix(self, block_hashes: Iterable[bytes]) -> int:
+    def count_cached_prefix(self, block_hashes: Iterable[BlockHash]) -> int:
         """How many leading blocks of ``block_hashes`` are cached now (a router's question: no state changes).
 
         ``block_hashes`` come from :func:`~llmsim.engine.scheduler.block_hash.hash_blocks`; the
@@ -274,11 +282,11 @@ class KVCache:
                 else:
                     self._evict_duplicate(h, entry, block)
                 if events is not None:
-                    events.append(BlockRemoved((h,)))
+                    events.append(BlockRemoved((_digest(h),)))
             ref[block] = 1
         return new
 
-    def _evict_duplicate(self, h: bytes, entry: int | list[int], block: int) -> None:
+    def _evict_duplicate(self, h: BlockHash, entry: int | list[int], block: int) -> None:
         """Forget ``block``, one of identical blocks cached under ``h`` (vLLM's ``_maybe_evict_cached_block``)."""
         assert isinstance(entry, list)
         entry.remove(block)
@@ -334,8 +342,8 @@ class KVCache:
         if self.events is not None:
             self.events.append(
                 BlockStored(
-                    block_hashes=tuple(hashes[start:end]),
-                    parent_block_hash=hashes[start - 1] if start else None,
+                    block_hashes=tuple(_digest(h) for h in hashes[start:end]),
+                    parent_block_hash=_digest(hashes[start - 1]) if start else None,
                     token_ids=seq.token_ids_between(start * bs, end * bs),
                     block_size=bs,
                     lora_id=seq.lora_id or None,
@@ -417,7 +425,7 @@ class KVCache:
             "KV blocks leaked or double-counted"
         )
 
-    def cached_hashes(self) -> dict[bytes, int]:
+    def cached_hashes(self) -> dict[BlockHash, int]:
         """Every cached hash with the number of blocks cached under it (what KV events rebuild)."""
         return {h: 1 if type(v) is int else len(v) for h, v in self._cached.items()}  # type: ignore[arg-type]
 
@@ -442,7 +450,7 @@ class KVCache:
         held = sum(1 for b in range(1, self.num_blocks) if counts[b])
         if held != self.num_used or held + len(free) != self.num_usable_blocks:
             raise AssertionError(f"{held} held + {len(free)} free != {self.num_usable_blocks} usable blocks")
-        mapped: dict[int, bytes] = {}
+        mapped: dict[int, BlockHash] = {}
         for h, v in self._cached.items():
             for b in [v] if type(v) is int else v:  # type: ignore[union-attr]
                 if b in mapped:

@@ -53,6 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.kv_cache import KVCache
 from llmsim.engine.scheduler.params import SchedulerParams, check_context_fits, num_kv_blocks
@@ -227,7 +228,7 @@ class Scheduler(Generic[S]):
             loaded.popitem(last=False)
         return True
 
-    def cached_prefix_tokens(self, block_hashes: Iterable[bytes]) -> int:
+    def cached_prefix_tokens(self, block_hashes: Iterable[BlockHash]) -> int:
         """Leading tokens of a prompt with these full-block hashes that would hit now (0 with caching off).
 
         For routers and planners; a request's own admission further caps its hit at its length

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks
+from llmsim.engine.scheduler.block_hash import BlockHash, ExtraKeys, hash_blocks
 from llmsim.types import FinishReason, RequestId, RequestStats
 
 
@@ -80,7 +80,7 @@ class Sequence:
     lora_id: int = 0
     extra_keys: ExtraKeys = None
     # Hashes of the full blocks computed so far (see ensure_block_hashes).
-    block_hashes: list[bytes] = field(default_factory=list)
+    block_hashes: list[BlockHash] = field(default_factory=list)
     # Leading blocks of ``blocks`` that are in the prefix cache (hit or stored by this sequence).
     num_cached_blocks: int = 0
     # Prompt tokens found in the prefix cache at first admission (vLLM's num_cached_tokens).
@@ -99,7 +99,7 @@ class Sequence:
             self.prompt_token_ids = None
         self.hashable = self.prompt_token_ids is not None or bool(self.block_hashes)
 
-    def ensure_block_hashes(self, num_tokens: int, block_size: int) -> list[bytes]:
+    def ensure_block_hashes(self, num_tokens: int, block_size: int) -> list[BlockHash]:
         """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
 
         Computed once per block over the sequence's life: the prompt's when first asked (at
@@ -115,7 +115,9 @@ class Sequence:
         done = len(hashes)
         if num_full > done:
             ids = self.token_ids_between(done * block_size, num_full * block_size)
-            hashes += hash_blocks(ids, block_size, self.extra_keys, parent=hashes[-1] if hashes else None)
+            parent = hashes[-1] if hashes else None
+            assert not isinstance(parent, int), "a sequence with token ids chains sha256 digests"
+            hashes += hash_blocks(ids, block_size, self.extra_keys, parent=parent)
         return hashes
 
     def token_ids_between(self, start: int, end: int) -> tuple[int, ...]:

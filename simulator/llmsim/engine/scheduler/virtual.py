@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from llmsim.engine.base import EngineObserver
-from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
+from llmsim.engine.scheduler.block_hash import BlockHash, ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
@@ -69,7 +69,7 @@ class SimulationResult:
     kv_peak_used_blocks: int = 0
     # The prefix cache at the end: each cached block hash and how many blocks hold it (what a
     # subscriber to the KV-cache events rebuilds).
-    cached_blocks: dict[bytes, int] = field(default_factory=dict)
+    cached_blocks: dict[BlockHash, int] = field(default_factory=dict)
 
     def ttfts(self) -> list[float]:
         return [r.ttft for r in self.requests if r.ttft is not None]
