@@ -19,18 +19,19 @@ block hashes: equal exactly when the two prompts agree on every token up to the 
     block i = hash((block i-1, pieces of the segments inside tokens [16i, 16i + 16)))
     piece   = (segment code, first offset, end offset)   or the block's explicit ids, as one piece
     block i = hash((block i-1, segment code, first offset))   when one synthetic segment fills it
-    block i = segment code x 2^32 + i                         inside a prompt's first synthetic segment
+    block i = segment code / 4 + i                            inside a prompt's first synthetic segment
 
 Two prompts agree on their first k tokens exactly when their segments do (the rule
 :meth:`Prompt.shared_prefix` states), so the cache finds the same hits as with vLLM's sha256 of
 the token ids, at a fraction of the cost: no ids are made and no sha256 is taken.
 NOTE: a deliberate difference, for speed (bench/README.md has the figures). Identities are
 integers: the blocks of a prompt's first segment (a system prompt, or a whole prompt known only
-by its length: most blocks of most workloads) are numbered from their segment's code, one
-``range`` per prompt with no hashing at all (the code is 64-bit, so ``i < 2^32`` keeps them
-distinct); the others are 64-bit tuple hashes (Python's hash of integers, the same in every
+by its length: most blocks of most workloads) are numbered on from their segment's 62-bit code,
+one ``range`` per prompt with no hashing at all (machine-word integers: a range of them is made
+in C); the others are 64-bit tuple hashes (Python's hash of integers, the same in every
 process). Two different blocks would collide with a probability near 1e-8 in a run of a million
-blocks, as with 64-bit digests.
+blocks, as with 64-bit digests; two first segments' runs of ``n`` blocks overlap with a
+probability near ``2n / 2^62`` per pair (1e-5 in all for a million 32-block prompts).
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ _ROOT = 0x6C6C6D73696D
 _IDS = -1
 #: Memoized prefixes kept per block size before the memo starts over.
 _MEMO_SIZE = 4096
-#: A first segment's block ``i`` is ``code << _INDEX_BITS | i`` (``i`` below 2^32: any context).
-_INDEX_BITS = 32
+#: A first segment's block ``i`` is ``(code >> _CODE_SHIFT) + i``: below 2^63, a machine word.
+_CODE_SHIFT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +199,7 @@ class BlockHasher:
             first = segments[k] if k < len(segments) else None
             if first is not None and first.ids is None and first.length >= bs:
                 code = self._code(first.key)
-                base = code << _INDEX_BITS
+                base = code >> _CODE_SHIFT
                 count = first.length // bs
                 hashes = list(range(base, base + count))
                 parent = base + count - 1

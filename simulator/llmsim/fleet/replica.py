@@ -207,11 +207,13 @@ class Replica:
             return 0
         return seq.num_prompt_tokens
 
-    def sequence(self, index: int, request: FleetRequest, arrival: float) -> Sequence:
+    def sequence(self, index: int, request: FleetRequest, arrival: float, own_from: int | None = None) -> Sequence:
         """The scheduler's view of request ``index`` sent here at ``arrival``.
 
         With prefix caching its blocks get their identities (prompt, then the answer a later
-        prompt quotes), so it hits what other requests cached and caches what it computes.
+        prompt quotes), so it hits what other requests cached and caches what it computes;
+        ``own_from`` is the token where its own text begins (``FleetWorkload.own_text_starts``):
+        blocks from there on no other request can hit.
         """
         hashes: list[BlockHash] = []
         hasher = self._hasher
@@ -220,9 +222,12 @@ class Replica:
             if request.answer is not None:
                 segments = (*segments, request.answer)
             hashes = list(hasher.of(segments))
-        return Sequence(
+        seq = Sequence(
             RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens, block_hashes=hashes
         )
+        if own_from is not None and hashes:
+            seq.num_shareable_blocks = own_from // self.block_size
+        return seq
 
     def _scrape(self) -> None:
         sched = self.scheduler

@@ -87,6 +87,8 @@ class FleetSimulation:
         self.router = build_router(fleet.router, self.replicas, rng)
         requests = workload.requests
         n = len(requests)
+        # Where each request's own text starts: the prefix caches keep its blocks out of their maps.
+        self.own_from = workload.own_text_starts() if self._caches_prefixes() else [None] * n
         self.seqs: list[Sequence | None] = [None] * n
         self.replica_of = [-1] * n
         self.outcomes: list[RequestOutcome | None] = [None] * n
@@ -120,6 +122,9 @@ class FleetSimulation:
         self.num_ended = 0
         self.num_started = -1
         self.end = 0.0
+
+    def _caches_prefixes(self) -> bool:
+        return any(group.count and group.params.enable_prefix_caching for group in self.fleet.groups)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -233,7 +238,7 @@ class FleetSimulation:
             for replica in self.replicas:
                 replica.observe(now, self._passed(replica), prefix_cache=live)
         replica = self.replicas[router.pick(request.prompt)]
-        seq = replica.sequence(i, request, now)
+        seq = replica.sequence(i, request, now, self.own_from[i])
         self.seqs[i] = seq
         self.replica_of[i] = replica.index
         version = replica.version

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -72,6 +73,31 @@ class FleetWorkload:
                     raise ValueError(f"request {i}: abort_at needs an absolute arrival (not follows)")
             if r.answer is not None and r.answer.length != r.output_tokens:
                 raise ValueError(f"request {i}: the answer segment must be output_tokens long")
+
+    def own_text_starts(self) -> list[int | None]:
+        """Per request: the token where text no other request holds begins, in its prompt and then
+        its answer (None: every token of it may be another request's too).
+
+        Text is a segment's key (two synthetic keys never give the same tokens); a key that one
+        request alone names is that request's own, and so is every block from its start on (a
+        block's identity chains everything before it). Explicit ids are never judged by key: two
+        keys may hold the same ids. What :class:`~llmsim.fleet.replica.Replica` tells the prefix
+        cache, which then keeps such blocks out of its map (``Sequence.num_shareable_blocks``).
+        """
+        holders: Counter[str] = Counter()
+        for r in self.requests:
+            holders.update({s.key for s in _text(r) if s.ids is None and s.length})
+        starts: list[int | None] = []
+        for r in self.requests:
+            start: int | None = None
+            offset = 0
+            for segment in _text(r):
+                if segment.ids is None and segment.length and holders[segment.key] == 1:
+                    start = offset
+                    break
+                offset += segment.length
+            starts.append(start)
+        return starts
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -214,3 +240,9 @@ def generate(shape: WorkloadShape) -> FleetWorkload:
             if answer is not None:
                 history.append(answer)
     return FleetWorkload(tuple(requests))
+
+
+def _text(request: FleetRequest) -> tuple[Segment, ...]:
+    """The segments whose blocks ``request`` computes: its prompt's, then its answer's if quoted."""
+    segments = request.prompt.segments
+    return segments if request.answer is None else (*segments, request.answer)

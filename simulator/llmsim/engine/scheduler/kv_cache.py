@@ -299,6 +299,12 @@ class KVCache:
         Called when a step is scheduled, for ``min(num_computed_tokens, num_tokens)``: vLLM caches
         the KV a step will write as it schedules the step. A block whose token ids are not all
         known (outputs without ids) is not cached.
+
+        Blocks past ``seq.num_shareable_blocks`` count as cached (they go back to the tail of the
+        free queue, as vLLM's cached blocks do) but stay out of the map: no other request holds
+        their identities, so no lookup could find them before :meth:`free` maps them when the
+        sequence is preempted. (The map's only other reader is eviction, which has nothing to
+        forget for them.) A fleet of unique prompts so skips a dict insert and delete per block.
         """
         if not self.enable_caching or not seq.hashable:
             return
@@ -310,11 +316,30 @@ class KVCache:
         end = min(num_tokens // bs, len(hashes))
         if end <= start:
             return
-        blocks = seq.blocks[start:end]
-        new = hashes[start:end]
+        seq.num_cached_blocks = end
+        shareable = seq.num_shareable_blocks
+        if shareable is not None and end > shareable:
+            if start >= shareable:
+                return
+            end = shareable
+        self._map(seq.blocks[start:end], hashes[start:end])
+        if self.events is not None:
+            self.events.append(
+                BlockStored(
+                    block_hashes=tuple(_digest(h) for h in hashes[start:end]),
+                    parent_block_hash=_digest(hashes[start - 1]) if start else None,
+                    token_ids=seq.token_ids_between(start * bs, end * bs),
+                    block_size=bs,
+                    lora_id=seq.lora_id or None,
+                    lora_name=seq.lora_name,
+                )
+            )
+
+    def _map(self, blocks: list[int], new: list[BlockHash]) -> None:
+        """Make ``blocks`` findable under their identities ``new`` (none of them mapped yet)."""
         block_hash = self._hash
+        # Once per block filled: no per-block check here (audit() checks every block's hash).
         for block, h in zip(blocks, new, strict=True):
-            assert block_hash[block] is None, f"block {block} cached twice"
             block_hash[block] = h
         cached = self._cached
         size = len(cached)
@@ -338,29 +363,25 @@ class KVCache:
                 else:
                     assert isinstance(entry, list)
                     entry.append(block)
-        seq.num_cached_blocks = end
-        if self.events is not None:
-            self.events.append(
-                BlockStored(
-                    block_hashes=tuple(_digest(h) for h in hashes[start:end]),
-                    parent_block_hash=_digest(hashes[start - 1]) if start else None,
-                    token_ids=seq.token_ids_between(start * bs, end * bs),
-                    block_size=bs,
-                    lora_id=seq.lora_id or None,
-                    lora_name=seq.lora_name,
-                )
-            )
 
-    def free(self, seq: Sequence) -> None:
+    def free(self, seq: Sequence, *, preempted: bool = False) -> None:
         """Return every block ``seq`` holds to the pool, in vLLM's order (tail first).
 
         A held block is in the prefix cache exactly when it is among the sequence's first
         ``num_cached_blocks`` (hit or stored by it; a block popped for it was evicted first), and
         only those can be shared: the others go back to the front of the queue, unhashed, at once.
+        A ``preempted`` sequence will look its blocks up again: those past its shareable ones
+        are mapped now (see :meth:`cache_blocks`), the state eager mapping would have left.
         """
         ref = self._ref
         blocks = seq.blocks
         n = seq.num_cached_blocks if self.enable_caching else 0
+        shareable = seq.num_shareable_blocks
+        if preempted and shareable is not None and n > shareable:
+            block_hash = self._hash
+            # Those it hit after an earlier preemption are mapped already.
+            unmapped = [i for i in range(shareable, n) if block_hash[blocks[i]] is None]
+            self._map([blocks[i] for i in unmapped], [seq.block_hashes[i] for i in unmapped])
         tail = blocks[n:]
         num_freed = len(tail)
         if tail:
@@ -466,6 +487,10 @@ class KVCache:
         for seq in holders:
             if seq.num_cached_blocks > len(seq.blocks):
                 raise AssertionError(f"sequence {seq.request_id} has more cached blocks than blocks")
+            shareable = seq.num_shareable_blocks
             for i, b in enumerate(seq.blocks[: seq.num_cached_blocks]):
-                if self._hash[b] != seq.block_hashes[i]:
+                own = self._hash[b]
+                if shareable is not None and i >= shareable and own is None:
+                    continue  # a block only it can hit, not mapped until it is preempted
+                if own != seq.block_hashes[i]:
                     raise AssertionError(f"sequence {seq.request_id}: block {i} is cached under another hash")

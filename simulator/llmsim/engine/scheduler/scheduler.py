@@ -363,7 +363,7 @@ class Scheduler(Generic[S]):
             self.kv.cache_blocks(seq, computed)
 
     def _preempt(self, seq: S) -> None:
-        self.kv.free(seq)
+        self.kv.free(seq, preempted=True)
         seq.num_computed_tokens = 0
         seq.status = _PREEMPTED
         seq.num_preemptions += 1

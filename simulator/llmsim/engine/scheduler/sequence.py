@@ -83,6 +83,11 @@ class Sequence:
     block_hashes: list[BlockHash] = field(default_factory=list)
     # Leading blocks of ``blocks`` that are in the prefix cache (hit or stored by this sequence).
     num_cached_blocks: int = 0
+    # Leading blocks whose identities another request may hold too (None: all of them). The
+    # fleet planner knows the whole workload, so it knows which blocks no one else will ever look
+    # up; the pool keeps those out of its map until the sequence is preempted (only it could hit
+    # them, and only when it comes back), which changes no result (see KVCache.cache_blocks).
+    num_shareable_blocks: int | None = None
     # Prompt tokens found in the prefix cache at first admission (vLLM's num_cached_tokens).
     num_cached_tokens: int = 0
     # Whether the prefix cache can see this sequence: its prompt token ids are known, or its
