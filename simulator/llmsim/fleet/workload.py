@@ -84,9 +84,9 @@ class FleetWorkload:
         keys may hold the same ids. What :class:`~llmsim.fleet.replica.Replica` tells the prefix
         cache, which then keeps such blocks out of its map (``Sequence.num_shareable_blocks``).
         """
-        holders: Counter[str] = Counter()
-        for r in self.requests:
-            holders.update({s.key for s in _text(r) if s.ids is None and s.length})
+        # Occurrences, not requests: a key twice in one request's text counts as shared, which
+        # only keeps blocks mapped that need not be (one C-level count over the workload).
+        holders = Counter(s.key for r in self.requests for s in _text(r) if s.ids is None)
         starts: list[int | None] = []
         for r in self.requests:
             start: int | None = None
