@@ -58,11 +58,13 @@ class CompletionStream:
         "_observe_lags",
         "_offsets",
         "_plans",
+        "_prepared_chunk",
+        "_prepared_event",
         "_prompt_of",
         "_prompt_tokens",
+        "_rich",
         "_started",
         "_tool_call_ids",
-        "encode",
     )
 
     def __init__(
@@ -106,9 +108,20 @@ class CompletionStream:
         self._offsets = [0] * len(plans)
         self._finish_text = [finish_reason(p, named_tool=named_tool) for p in plans]
         self._tool_call_ids = tool_call_ids
-        rich = logprobs is not None or echo is not None or any(p.tool_calls for p in plans)
-        #: The encoder of one token of choice ``pos``: ``encode(pos, event)``.
-        self.encode: Callable[[int, TokenEvent], bytes] = self.rich_token if rich else self.token
+        self._rich = logprobs is not None or echo is not None or any(p.tool_calls for p in plans)
+        # The one token whose chunk :meth:`prepare` made ahead of its release, and that chunk.
+        self._prepared_event: TokenEvent | None = None
+        self._prepared_chunk = b""
+
+    @property
+    def encode(self) -> Callable[[int, TokenEvent], bytes]:
+        """The encoder of one token of choice ``pos``: ``encode(pos, event)``.
+
+        Bound on each read, never stored on the instance: a stored bound method would make every
+        stream a reference cycle, freed only by the garbage collector (in bulk, in a pause that
+        delays a step's release) instead of when its request ends.
+        """
+        return self.rich_token if self._rich else self.token
 
     def _note_lag(self, event: TokenEvent) -> None:
         """The token's lag, taken as its chunk is made, just before it is written."""
@@ -125,17 +138,35 @@ class CompletionStream:
 
     def token(self, pos: int, event: TokenEvent) -> bytes:
         """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first)."""
-        # Per-token path: byte templates only.
+        # Per-token path: byte templates only, or the chunk prepare() made.
         self._note_lag(event)
         self._completion_tokens += 1
-        head = b""
-        if self._chat and not self._started[pos]:
-            self._started[pos] = True
-            head = self._chunks.role(pos)
-        finish: FinishReason | None = None
+        if event is self._prepared_event:
+            chunk = self._prepared_chunk
+            self._prepared_event = None
+        else:
+            chunk = self._token_chunk(pos, event)
+        self._started[pos] = True
         if event.index == self._last[pos]:
-            finish = self._finish[pos]
             self._done[pos] = True
+        return chunk
+
+    def prepare(self, pos: int, event: TokenEvent) -> None:
+        """Make the chunk of ``event`` (choice ``pos``) ahead of its release; :meth:`token` then
+        takes it. Changes nothing the stream says: the token may never be released.
+
+        The chunk depends on what was written before it only through whether the choice has
+        started; the engine prepares a token only when every earlier one of its stream has been
+        handed over (and so encoded), so that is settled when this runs.
+        """
+        if not self._rich:
+            self._prepared_chunk = self._token_chunk(pos, event)
+            self._prepared_event = event
+
+    def _token_chunk(self, pos: int, event: TokenEvent) -> bytes:
+        """What :meth:`token` writes for ``event``, changing nothing."""
+        head = self._chunks.role(pos) if self._chat and not self._started[pos] else b""
+        finish = self._finish[pos] if event.index == self._last[pos] else None
         usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
         return head + self._chunks.token(pos, event.text, finish, usage)
 
@@ -202,7 +233,7 @@ class CompletionStream:
                 if self._chat and not self._started[pos]:
                     parts.append(self._chunks.role(pos))
                 usage = (plan.prompt_tokens, 0) if self._continuous else None
-                if self.encode == self.token:
+                if not self._rich:
                     parts.append(self._chunks.finish(pos, FinishReason.ABORT if aborted else plan.finish_reason, usage))
                 else:
                     if aborted:

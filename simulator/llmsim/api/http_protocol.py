@@ -18,6 +18,7 @@ which waits on a paused transport (backpressure) or ends the response.
 from __future__ import annotations
 
 import time
+import weakref
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -36,13 +37,17 @@ class ChunkWriter:
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
-        self._cycle = cycle
+        # Weak: the writer sits in the cycle's own scope, and a strong reference back would make
+        # every request a reference cycle (scope -> writer -> cycle -> scope), freed only by the
+        # garbage collector, in bulk, in a pause that delays a step's release.
+        self._cycle = weakref.ref(cycle)
 
     def write(self, body: bytes) -> bool:
         """Write ``body`` as the next chunk, or refuse (False) where ``send`` must decide."""
-        cycle = self._cycle
+        cycle = self._cycle()
         if (
-            cycle.flow.write_paused
+            cycle is None
+            or cycle.flow.write_paused
             or cycle.disconnected
             or not cycle.response_started
             or cycle.response_complete

@@ -336,7 +336,9 @@ async def _respond(
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
         if drop_after is None:
-            return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+            return SSEResponse(
+                streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS, prepare=partial(stream.prepare, 0)
+            )
         return SSEResponse(
             DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS
         )

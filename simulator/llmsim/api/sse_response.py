@@ -107,6 +107,10 @@ class SSEResponse(Response, Generic[T]):
         The closing bytes, the error event, and the end-of-stream hook.
     headers:
         Extra response headers; the content type is ``text/event-stream; charset=utf-8``.
+    prepare:
+        Makes an event's bytes ahead of its release (an engine that pushes shows it each event
+        while it waits for the deadline); ``encode`` then returns them. Must change nothing
+        ``encode`` depends on: the event may never be released.
     """
 
     media_type = "text/event-stream"
@@ -117,12 +121,14 @@ class SSEResponse(Response, Generic[T]):
         encode: Callable[[T], bytes],
         body: StreamBody,
         headers: Mapping[str, str] | None = None,
+        prepare: Callable[[T], None] | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers(headers)
         self._events = events
         self._encode = encode
+        self._prepare_event = prepare
         self._body = body
         self._send: Send | None = None
         # Set while the response waits on the engine: the only time a disconnect cancels it.
@@ -146,7 +152,7 @@ class SSEResponse(Response, Generic[T]):
         watcher = asyncio.create_task(self._watch(receive, task))
         attach = getattr(self._events, "attach", None)
         if attach is not None:
-            attach(self._push)
+            attach(self._push, self._prepare if self._prepare_event is not None else None)
         try:
             await self._stream(send)
         except asyncio.CancelledError:
@@ -162,6 +168,20 @@ class SSEResponse(Response, Generic[T]):
                 await self._events.aclose()
             finally:
                 self._body.close()
+
+    def _prepare(self, event: T) -> None:
+        """The engine shows a token ahead of its release: make its bytes now, while the engine waits.
+
+        Never raises into the engine: a failure here meets ``encode`` again at the release.
+        """
+        if self._writing or self._disconnected:
+            return  # it will be queued and pulled (or dropped): nothing to gain
+        prepare = self._prepare_event
+        assert prepare is not None
+        try:
+            prepare(event)
+        except Exception:
+            return
 
     def _push(self, event: T) -> bool:
         """The engine hands a token over at its release: write it now, from the engine's own pass.
