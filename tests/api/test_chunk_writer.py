@@ -120,8 +120,8 @@ async def test_the_writer_in_its_cycles_scope_makes_no_reference_cycle() -> None
     """A request's objects are freed when it ends (reference counting), not left to the garbage
     collector, whose pauses would then free them in bulk in the middle of a step's release."""
     c, _ = await started()
-    write = ChunkWriter(c).write
-    c.scope["llmsim.write_chunk"] = write  # type: ignore[typeddict-unknown-key]
+    writer = ChunkWriter(c)
+    c.scope["llmsim.chunk_writer"] = writer  # type: ignore[typeddict-unknown-key]
     alive = weakref.ref(c)
     gc.disable()
     try:
@@ -130,4 +130,4 @@ async def test_the_writer_in_its_cycles_scope_makes_no_reference_cycle() -> None
     finally:
         gc.enable()
     # A writer that outlives its request refuses: there is nothing left to write to.
-    assert not write(b"data: late\n\n")
+    assert not writer.write(b"data: late\n\n")

@@ -19,6 +19,7 @@ import pytest
 
 from llmsim.api.completion_bodies import ChunkTemplates
 from llmsim.api.completion_stream import CompletionStream
+from llmsim.api.sse_response import SSEResponse
 from llmsim.engine import MonotonicClock
 from llmsim.runtime import Runtime, build_runtime
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
@@ -179,18 +180,18 @@ async def test_prepared_chunks_are_the_bytes_the_release_would_encode(
     engine = runtime.state.models["sim"].engine
     payload = {"model": "sim", "max_tokens": 6, "stream": True, **fields}
     prepared: list[int] = []
-    real_prepare = CompletionStream.prepare
+    real_prepare = SSEResponse._prepare
 
-    def counting_prepare(self: CompletionStream, pos: int, event: TokenEvent) -> None:
+    def counting_prepare(self: SSEResponse[TokenEvent], event: TokenEvent) -> None:
         prepared.append(event.index)
-        real_prepare(self, pos, event)
+        real_prepare(self, event)
 
-    monkeypatch.setattr(CompletionStream, "prepare", counting_prepare)
+    monkeypatch.setattr(SSEResponse, "_prepare", counting_prepare)
     t0 = asyncio.get_running_loop().time()
     ahead = await asyncio.gather(*(call(runtime.app, path, payload) for _ in range(4)))
     assert sorted(prepared) == sorted(list(range(6)) * 4)  # every token was made ahead
 
-    monkeypatch.setattr(CompletionStream, "prepare", lambda self, pos, event: None)
+    monkeypatch.setattr(SSEResponse, "_prepare", lambda self, event: None)
     await asyncio.sleep(1.0)  # an idle engine: the next run starts a fresh timeline
     t1 = asyncio.get_running_loop().time()
     at_release = await asyncio.gather(*(call(runtime.app, path, payload) for _ in range(4)))
@@ -218,7 +219,7 @@ def test_a_prepared_token_that_never_leaves_changes_nothing_the_stream_says() ->
         )
 
     prepared = stream()
-    prepared.prepare(0, TokenEvent(0, "Hi", 1.0))  # then the request is aborted before the deadline
+    first = prepared.chunk(0, TokenEvent(0, "Hi", 1.0))  # then the request is aborted before the deadline
     tail = prepared.tail(aborted=True)
     assert tail == stream().tail(aborted=True)
     # Nothing was said: the choice opens, ends with "abort", and no completion token is counted.
@@ -229,10 +230,13 @@ def test_a_prepared_token_that_never_leaves_changes_nothing_the_stream_says() ->
         [],
     ]
     assert events[-1]["usage"]["completion_tokens"] == 0
-    # A token made ahead is the token made at its release (and a different event is made afresh).
-    event = TokenEvent(0, "Hi", 1.0)
-    prepared.prepare(0, event)
-    assert prepared.token(0, event) == stream().token(0, TokenEvent(0, "Hi", 1.0))
+    # A token's bytes made ahead are those made at its release, and count() then records what token() does.
+    at_release = stream()
+    assert first == at_release.token(0, TokenEvent(0, "Hi", 1.0))
+    prepared.count(0, TokenEvent(0, "Hi", 1.0))
+    assert prepared.chunk(0, TokenEvent(1, "!", 1.0)) == at_release.token(0, TokenEvent(1, "!", 1.0))
+    prepared.count(0, TokenEvent(1, "!", 1.0))
+    assert prepared.tail() == at_release.tail()
 
 
 def test_a_completion_stream_is_freed_without_the_garbage_collector() -> None:

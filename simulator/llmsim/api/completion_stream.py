@@ -58,8 +58,6 @@ class CompletionStream:
         "_observe_lags",
         "_offsets",
         "_plans",
-        "_prepared_chunk",
-        "_prepared_event",
         "_prompt_of",
         "_prompt_tokens",
         "_rich",
@@ -109,9 +107,6 @@ class CompletionStream:
         self._finish_text = [finish_reason(p, named_tool=named_tool) for p in plans]
         self._tool_call_ids = tool_call_ids
         self._rich = logprobs is not None or echo is not None or any(p.tool_calls for p in plans)
-        # The one token whose chunk :meth:`prepare` made ahead of its release, and that chunk.
-        self._prepared_event: TokenEvent | None = None
-        self._prepared_chunk = b""
 
     @property
     def encode(self) -> Callable[[int, TokenEvent], bytes]:
@@ -122,6 +117,11 @@ class CompletionStream:
         delays a step's release) instead of when its request ends.
         """
         return self.rich_token if self._rich else self.token
+
+    @property
+    def templated(self) -> bool:
+        """Whether every token's chunk is a template fill (:meth:`chunk`), as for almost every request."""
+        return not self._rich
 
     def _note_lag(self, event: TokenEvent) -> None:
         """The token's lag, taken as its chunk is made, just before it is written."""
@@ -138,37 +138,38 @@ class CompletionStream:
 
     def token(self, pos: int, event: TokenEvent) -> bytes:
         """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first)."""
-        # Per-token path: byte templates only, or the chunk prepare() made.
-        self._note_lag(event)
+        chunk = self.chunk(pos, event)
+        self.count(pos, event)
+        return chunk
+
+    def chunk(self, pos: int, event: TokenEvent) -> bytes:
+        """The bytes :meth:`token` writes for ``event``, changing nothing (the templated path only).
+
+        So they can be made ahead of the token's release (which may then never come: the stream
+        can end first); :meth:`count` then says the token was written. They depend on what was
+        written before only through whether the choice has started: an engine shows a token ahead
+        only when every earlier one of its stream has been handed over (and so encoded).
+        """
+        # Per-token path: byte templates only.
+        chunks = self._chunks
+        head = chunks.role(pos) if self._chat and not self._started[pos] else b""
+        finish = self._finish[pos] if event.index == self._last[pos] else None
+        usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
+        return head + chunks.token(pos, event.text, finish, usage)
+
+    def count(self, pos: int, event: TokenEvent) -> None:
+        """What :meth:`token` records besides its bytes, as ``event``'s chunk is written: its lag,
+        one more completion token, the choice started (and finished on its last token)."""
+        # Per-token path, at the token's release.
+        lags = self._lags
+        lags.append(self._now() - event.sim_time)
+        if len(lags) >= LAG_BATCH:
+            self._observe_lags(lags)
+            self._lags = []
         self._completion_tokens += 1
-        if event is self._prepared_event:
-            chunk = self._prepared_chunk
-            self._prepared_event = None
-        else:
-            chunk = self._token_chunk(pos, event)
         self._started[pos] = True
         if event.index == self._last[pos]:
             self._done[pos] = True
-        return chunk
-
-    def prepare(self, pos: int, event: TokenEvent) -> None:
-        """Make the chunk of ``event`` (choice ``pos``) ahead of its release; :meth:`token` then
-        takes it. Changes nothing the stream says: the token may never be released.
-
-        The chunk depends on what was written before it only through whether the choice has
-        started; the engine prepares a token only when every earlier one of its stream has been
-        handed over (and so encoded), so that is settled when this runs.
-        """
-        if not self._rich:
-            self._prepared_chunk = self._token_chunk(pos, event)
-            self._prepared_event = event
-
-    def _token_chunk(self, pos: int, event: TokenEvent) -> bytes:
-        """What :meth:`token` writes for ``event``, changing nothing."""
-        head = self._chunks.role(pos) if self._chat and not self._started[pos] else b""
-        finish = self._finish[pos] if event.index == self._last[pos] else None
-        usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
-        return head + self._chunks.token(pos, event.text, finish, usage)
 
     def rich_token(self, pos: int, event: TokenEvent) -> bytes:
         """The chunk of a token of a request that asked for logprobs or echo, or whose answer is tool calls."""
