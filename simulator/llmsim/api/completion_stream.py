@@ -137,10 +137,25 @@ class CompletionStream:
         return self.encode(item[0], item[1])
 
     def token(self, pos: int, event: TokenEvent) -> bytes:
-        """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first)."""
-        chunk = self.chunk(pos, event)
-        self.count(pos, event)
-        return chunk
+        """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first).
+
+        :meth:`chunk` then :meth:`count`, written out in one call: the pulled path's per-token
+        work (the fixed engine's every token) pays no extra call for the split.
+        """
+        # Per-token path: byte templates only.
+        self._note_lag(event)
+        self._completion_tokens += 1
+        chunks = self._chunks
+        head = b""
+        if self._chat and not self._started[pos]:
+            head = chunks.role(pos)
+        self._started[pos] = True
+        finish: FinishReason | None = None
+        if event.index == self._last[pos]:
+            finish = self._finish[pos]
+            self._done[pos] = True
+        usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
+        return head + chunks.token(pos, event.text, finish, usage)
 
     def chunk(self, pos: int, event: TokenEvent) -> bytes:
         """The bytes :meth:`token` writes for ``event``, changing nothing (the templated path only).
