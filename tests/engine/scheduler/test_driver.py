@@ -577,7 +577,7 @@ async def test_prepared_pushes_keep_the_pulled_timeline_through_chunked_prefills
     plans = [plan(24, prompt_tokens=12) for _ in range(6)]
     ids = [RequestId(f"r{i}") for i in range(6)]
 
-    async def timeline(push: bool) -> tuple[list[list[tuple[int, float]]], int]:
+    async def timeline(push: bool) -> tuple[list[list[tuple[int, float]]], int, list[float]]:
         rec = Recorder()
         engine, clock = await started(params, rec)
         start = clock.now()
@@ -591,17 +591,21 @@ async def test_prepared_pushes_keep_the_pulled_timeline_through_chunked_prefills
             await stream.aclose()
         await engine.stop()
         preemptions = sum(s.num_preemptions for s in rec.steps)
+        ttfts = sorted(rec.first)
         if not push:
-            return [[(e.index, e.sim_time - start) for e in p] for p in pulled], preemptions
+            return [[(e.index, e.sim_time - start) for e in p] for p in pulled], preemptions, ttfts
         assert all(p == [] for p in pulled)
         for handover in handovers:
             prepared_ids = {id(e) for _, e in handover.prepared}
             assert all(id(e) in prepared_ids for _, e in handover.pushed)
             assert all(t == pytest.approx(e.sim_time, abs=TICK) for t, e in handover.pushed)
-        return [[(e.index, e.sim_time - start) for _, e in h.pushed] for h in handovers], preemptions
+        return [[(e.index, e.sim_time - start) for _, e in h.pushed] for h in handovers], preemptions, ttfts
 
-    pushed, preempted = await timeline(push=True)
-    pulled, _ = await timeline(push=False)
+    pushed, preempted, pushed_ttfts = await timeline(push=True)
+    pulled, _, pulled_ttfts = await timeline(push=False)
+    # One first-token observation per request, the same TTFTs either way.
+    assert len(pushed_ttfts) == len(plans)
+    assert pushed_ttfts == pytest.approx(pulled_ttfts, abs=1e-9)
     assert preempted > 0
     assert all([i for i, _ in tokens] == list(range(24)) for tokens in pushed)
     assert [[i for i, _ in tokens] for tokens in pushed] == [[i for i, _ in tokens] for tokens in pulled]

@@ -502,16 +502,17 @@ class SchedulerEngine(Engine):
             stream.wake()
         return handed
 
-    def _settle(
-        self, released: list[_Stream], pending: list[tuple[_Stream, TokenEvent]], handed: int, deadline: float
-    ) -> None:
+    def _settle(self, released: list[_Stream], pending: list[tuple[_Stream, TokenEvent]], handed: int) -> None:
         """After the scheduler's update: first-token observations, and a check that the pass at the
         deadline handed out exactly the tokens the update released (a token it did not foresee
         goes out now, late; none while the two rules agree, which the tests hold)."""
         observer = self._observer
-        for stream in released:
-            if stream.num_output_tokens == 1:
-                observer.on_first_token(deadline - stream.arrival)
+        # First tokens lead the pending order (see _prepare_release): only those are looked at.
+        for stream, event in pending:
+            if event.index:
+                break
+            if stream.num_output_tokens == 1:  # released now (not aborted during the sleep)
+                observer.on_first_token(event.sim_time - stream.arrival)
         if handed == len(released):
             return
         foreseen = {id(s) for s, _ in pending}
@@ -522,9 +523,14 @@ class SchedulerEngine(Engine):
             handed,
             len(released),
         )
-        self._hand_out(
-            [(s, TokenEvent(s.num_output_tokens - 1, s.plan.tokens[s.num_output_tokens - 1], deadline)) for s in missed]
-        )
+        late: list[tuple[_Stream, TokenEvent]] = []
+        for s in missed:
+            index = s.num_output_tokens - 1
+            event = TokenEvent(index, s.plan.tokens[index], s.token_times[-1])
+            late.append((s, event))
+            if index == 0:
+                observer.on_first_token(event.sim_time - s.arrival)
+        self._hand_out(late)
 
     async def _step_loop(self) -> None:
         sched = self._scheduler
@@ -565,7 +571,7 @@ class SchedulerEngine(Engine):
             handed = self._hand_out(pending)
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
-            self._settle(result.released, pending, handed, deadline)
+            self._settle(result.released, pending, handed)
             observer.on_step(sched.step_stats(out, step_start, duration, lag))
             for stream in result.finished:
                 stream.wake()  # a plan with no tokens ends without a release
