@@ -1,7 +1,8 @@
 """What one streamed completion says: its SSE bytes, one token at a time, and what it says at the end.
 
-Lag (the simulator's error bar) is defined here, once: the time a token's chunk is made, right
-before it is written, minus the token's simulated deadline.
+Lag (the simulator's error bar) is defined here, once: the time a token's chunk is written (taken
+right before the write, whether the chunk was made then or ahead of the release) minus the token's
+simulated deadline.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 One background task owns the simulated GPU::
 
     admit arrivals -> schedule -> cost -> deadline = step_start + duration
-        -> lag = await clock.sleep_until(deadline) -> update -> one TokenEvent to every sequence
-           that sampled a token -> observers -> step_start = deadline
+        -> the release prepared: one TokenEvent for every sequence the step will give a token,
+           shown to its consumer's prepare (which encodes its chunk)
+        -> lag = await clock.sleep_until(deadline) -> the events handed out (written)
+        -> update -> observers -> step_start = deadline
 
 The timeline is anchored: a late wake-up shows up as lag and never shifts the next step.
 Requests wait in an inbox ordered by arrival stamp and join the first step that starts at or
