@@ -6,7 +6,9 @@ A real uvicorn RequestResponseCycle and FlowControl over a transport that record
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -112,3 +114,20 @@ def test_a_uvicorn_whose_cycle_lacks_the_state_gets_no_writer(monkeypatch: Any) 
     monkeypatch.setattr(http_protocol, "_WRITABLE", None)
     del real.chunked_encoding
     assert http_protocol._writable(real) is False
+
+
+async def test_the_writer_in_its_cycles_scope_makes_no_reference_cycle() -> None:
+    """A request's objects are freed when it ends (reference counting), not left to the garbage
+    collector, whose pauses would then free them in bulk in the middle of a step's release."""
+    c, _ = await started()
+    writer = ChunkWriter(c)
+    c.scope["llmsim.chunk_writer"] = writer  # type: ignore[typeddict-unknown-key]
+    alive = weakref.ref(c)
+    gc.disable()
+    try:
+        del c
+        assert alive() is None  # freed at once, no collection needed
+    finally:
+        gc.enable()
+    # A writer that outlives its request refuses: there is nothing left to write to.
+    assert not writer.write(b"data: late\n\n")

@@ -9,14 +9,20 @@ write has to wait, and that no stream is always written last.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llmsim.api.completion_bodies import ChunkTemplates
+from llmsim.api.completion_stream import CompletionStream
+from llmsim.api.sse_response import SSEResponse
 from llmsim.engine import MonotonicClock
 from llmsim.runtime import Runtime, build_runtime
+from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 from tests.api.asgi_driver import Exchange, call
 
 # A slow memory-bound GPU so steps are long: 1e9 params x 2 B / 100 GB/s = 20 ms per decode step.
@@ -141,3 +147,120 @@ class _Recording(list[tuple[float, Any]]):
     def append(self, item: tuple[float, Any]) -> None:
         self._hook(item)
         super().append(item)
+
+
+def normalised_writes(ex: Exchange) -> list[bytes]:
+    """The body's writes with its request id and ``created`` stamp replaced (they differ per request)."""
+    request_id = re.search(rb'"id":"((?:chatcmpl|cmpl)-[0-9a-f]{32})"', ex.body)
+    created = re.search(rb'"created":(\d+),', ex.body)
+    assert request_id is not None
+    assert created is not None
+    return [w.replace(request_id.group(1), b"ID").replace(created.group(0), b'"created":0,') for w in ex.writes]
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/completions", {"prompt": "request", "stream_options": {"include_usage": True}}),
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "request"}],
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        ),
+    ],
+)
+async def test_prepared_chunks_are_the_bytes_the_release_would_encode(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, path: str, fields: dict[str, Any]
+) -> None:
+    """Tokens encoded ahead of their release (while the step runs) go out byte for byte as when
+    each is encoded at its release, in the same writes at the same times."""
+    engine = runtime.state.models["sim"].engine
+    payload = {"model": "sim", "max_tokens": 6, "stream": True, **fields}
+    prepared: list[int] = []
+    real_prepare = SSEResponse._prepare
+
+    def counting_prepare(self: SSEResponse[TokenEvent], event: TokenEvent) -> None:
+        prepared.append(event.index)
+        real_prepare(self, event)
+
+    monkeypatch.setattr(SSEResponse, "_prepare", counting_prepare)
+    t0 = asyncio.get_running_loop().time()
+    ahead = await asyncio.gather(*(call(runtime.app, path, payload) for _ in range(4)))
+    assert sorted(prepared) == sorted(list(range(6)) * 4)  # every token was made ahead
+
+    monkeypatch.setattr(SSEResponse, "_prepare", lambda self, event: None)
+    await asyncio.sleep(1.0)  # an idle engine: the next run starts a fresh timeline
+    t1 = asyncio.get_running_loop().time()
+    at_release = await asyncio.gather(*(call(runtime.app, path, payload) for _ in range(4)))
+    for a, b in zip(ahead, at_release, strict=True):
+        assert normalised_writes(a) == normalised_writes(b)
+        assert [t - t0 for t, _ in a.sent] == pytest.approx([t - t1 for t, _ in b.sent], abs=1e-6)
+        assert len(a.writes) == 7  # one write per token, then the usage chunk and [DONE]
+    await engine.stop()
+
+
+def test_a_prepared_token_that_never_leaves_changes_nothing_the_stream_says() -> None:
+    plans = [GenerationPlan(3, ("Hi", "!"), FinishReason.STOP, "e")]
+
+    def stream() -> CompletionStream:
+        chunks = ChunkTemplates("chatcmpl-" + "0" * 32, 0, "m", chat=True)
+        return CompletionStream(
+            chunks,
+            plans,
+            chat=True,
+            prompt_tokens=3,
+            continuous_usage=False,
+            include_usage=True,
+            now=lambda: 1.0,
+            observe_lags=lambda lags: None,
+        )
+
+    prepared = stream()
+    first = prepared.chunk(0, TokenEvent(0, "Hi", 1.0))  # then the request is aborted before the deadline
+    tail = prepared.tail(aborted=True)
+    assert tail == stream().tail(aborted=True)
+    # Nothing was said: the choice opens, ends with "abort", and no completion token is counted.
+    events = [json.loads(part[len(b"data: ") :]) for part in tail.split(b"\n\n") if part.startswith(b"data: {")]
+    assert [e["choices"] for e in events] == [
+        [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "abort"}],
+        [],
+    ]
+    assert events[-1]["usage"]["completion_tokens"] == 0
+    # A token's bytes made ahead are those made at its release, and count() then records what token() does.
+    at_release = stream()
+    assert first == at_release.token(0, TokenEvent(0, "Hi", 1.0))
+    prepared.count(0, TokenEvent(0, "Hi", 1.0))
+    assert prepared.chunk(0, TokenEvent(1, "!", 1.0)) == at_release.token(0, TokenEvent(1, "!", 1.0))
+    prepared.count(0, TokenEvent(1, "!", 1.0))
+    assert prepared.tail() == at_release.tail()
+
+
+def test_a_completion_stream_is_freed_without_the_garbage_collector() -> None:
+    """No reference cycle through its encoder: the stream goes when its response does, not in a
+    collector pause that would land in some later step's release."""
+    gc.collect()
+    gc.disable()
+    try:
+        chunks = ChunkTemplates("cmpl-" + "0" * 32, 0, "m", chat=False)
+        plans = [GenerationPlan(3, ("Hi",), FinishReason.STOP, "e")]
+        stream = CompletionStream(
+            chunks,
+            plans,
+            chat=False,
+            prompt_tokens=3,
+            continuous_usage=False,
+            include_usage=False,
+            now=lambda: 1.0,
+            observe_lags=lambda lags: None,
+        )
+        encode = stream.encode
+        assert encode(0, TokenEvent(0, "Hi", 1.0)).startswith(b"data: {")
+        del stream, encode
+        # Nothing left for the collector: the stream was freed by reference counting.
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

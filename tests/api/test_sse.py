@@ -57,6 +57,20 @@ def test_text_completion_chunk_with_continuous_usage(text: str, usage: tuple[int
     }
 
 
+@given(text=st.text(), index=st.integers(0, 200))
+def test_plain_text_completion_chunk_matches_dict_encoding(text: str, index: int) -> None:
+    t = ChunkTemplates("cmpl-1", 5, 'm"odel', chat=False)
+    first, again = t.token(index, text), t.token(index, text)  # the second from the per-index prefix
+    assert first == again
+    assert parse(first) == {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 5,
+        "model": 'm"odel',
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": None}],
+    }
+
+
 def test_role_usage_error_and_done_chunks() -> None:
     t = ChunkTemplates("chatcmpl-1", 1700000000, 'm"odel', chat=True)
     assert parse(t.role(1))["choices"] == [
@@ -83,6 +97,10 @@ def test_percent_signs_in_id_and_model_stay_literal() -> None:
     got = parse(t.token(2, "50%", FinishReason.STOP, (3, 1)))
     assert (got["id"], got["model"]) == ("cmpl-%d%s", "m%%o%sdel")
     assert got["choices"][0]["text"] == "50%"
+    # The plain token (no finish reason, no usage) is concatenated, not formatted: the same bytes.
+    plain = parse(t.token(2, "50%"))
+    assert (plain["id"], plain["model"]) == ("cmpl-%d%s", "m%%o%sdel")
+    assert plain["choices"] == [{"index": 2, "text": "50%", "logprobs": None, "finish_reason": None}]
     assert parse(ChunkTemplates("c%s", 1, "%d", chat=True).role(0))["id"] == "c%s"
 
 

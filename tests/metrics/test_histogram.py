@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmsim.metrics.buckets import build_1_2_5_buckets
 from llmsim.metrics.histogram import Histogram
@@ -41,3 +43,19 @@ def test_1_2_5_buckets_stop_at_the_context_length() -> None:
     assert build_1_2_5_buckets(100) == (1, 2, 5, 10, 20, 50, 100)
     assert build_1_2_5_buckets(32768) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
     assert build_1_2_5_buckets(4) == (1, 2)
+
+
+@given(
+    values=st.lists(
+        st.floats(min_value=-1.0, max_value=100.0, allow_nan=False) | st.sampled_from([0.0001, 0.5, 1.0, 5.0]),
+        max_size=80,
+    )
+)
+def test_observe_many_in_any_order_counts_as_one_by_one(values: list[float]) -> None:
+    bounds = (0.0001, 0.00025, 0.5, 1.0, 5.0)
+    one, many = Histogram(bounds), Histogram(bounds)
+    for v in values:
+        one.observe(v)
+    many.observe_many(iter(values))
+    assert many.counts == one.counts
+    assert many.sum == one.sum  # the same additions in the same order

@@ -112,3 +112,23 @@ def test_add_many_is_add_one_by_one() -> None:
     many.add_many(values)
     assert (many.count, many.min, many.max, many.num_buckets) == (one.count, one.min, one.max, one.num_buckets)
     assert [many.quantile(q) for q in QS] == [one.quantile(q) for q in QS]
+
+
+@given(
+    center=st.floats(min_value=1e-6, max_value=10.0),
+    spread=st.lists(st.floats(min_value=-0.04, max_value=0.04), min_size=17, max_size=80),
+    on_bounds=st.lists(st.integers(-2, 2), max_size=5),
+)
+def test_add_many_of_close_values_is_add_one_by_one(center: float, spread: list[float], on_bounds: list[int]) -> None:
+    """A request's inter-token gaps: all within a few buckets, counted per bucket; the same counts
+    as adding each (values right on a bucket's bound included)."""
+    gamma = 1.01 / 0.99
+    k = math.ceil(math.log(center) / math.log(gamma))
+    values = [center * (1 + s) for s in spread] + [gamma ** (k + j) for j in on_bounds]
+    one, many = QuantileSketch(), QuantileSketch()
+    for v in values:
+        one.add(v)
+    many.add_many(values)
+    assert (many.count, many.min, many.max, many.num_buckets) == (one.count, one.min, one.max, one.num_buckets)
+    qs = [i / 100 for i in range(101)]
+    assert [many.quantile(q) for q in qs] == [one.quantile(q) for q in qs]

@@ -43,7 +43,7 @@ def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None
 class ChunkTemplates:
     """Byte templates for one streamed request (chat or text completion)."""
 
-    __slots__ = ("_head", "_role", "_token")
+    __slots__ = ("_head", "_plain", "_plain_tail", "_role", "_text_key", "_token")
 
     def __init__(self, request_id: str, created: int, model: str, *, chat: bool) -> None:
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -61,6 +61,11 @@ class ChunkTemplates:
         self._role = (
             head + b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
         )
+        # Almost every token (no finish reason, no usage): the bytes before and after its JSON text,
+        # so the chunk is two concatenations instead of a %-format of the whole template.
+        self._text_key = b'"delta":{"content":' if chat else b'"text":'
+        self._plain: dict[int, bytes] = {}
+        self._plain_tail = (b"}" if chat else b"") + b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def choice(self, choice_json: bytes, usage: tuple[int, int] | None = None) -> bytes:
         """A chunk carrying one choice given as JSON (the requests that ask for logprobs, echo or tools)."""
@@ -78,6 +83,12 @@ class ChunkTemplates:
         usage: tuple[int, int] | None = None,
     ) -> bytes:
         """A chunk carrying one token; ``usage`` (prompt, completion so far) for continuous stats."""
+        if finish is None and usage is None:
+            # Per-token path: the plain token of choice ``index``.
+            plain = self._plain.get(index)
+            if plain is None:
+                plain = self._plain[index] = self._head + b'{"index":%d,' % index + self._text_key
+            return plain + _encode_text(text).encode() + self._plain_tail
         return self._token % (
             index,
             _encode_text(text).encode(),

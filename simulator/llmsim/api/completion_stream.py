@@ -1,7 +1,8 @@
 """What one streamed completion says: its SSE bytes, one token at a time, and what it says at the end.
 
-Lag (the simulator's error bar) is defined here, once: the time a token's chunk is made, right
-before it is written, minus the token's simulated deadline.
+Lag (the simulator's error bar) is defined here, once: the time a token's chunk is written (taken
+right before the write, whether the chunk was made then or ahead of the release) minus the token's
+simulated deadline.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ class CompletionStream:
         "_plans",
         "_prompt_of",
         "_prompt_tokens",
+        "_rich",
         "_started",
         "_tool_call_ids",
-        "encode",
     )
 
     def __init__(
@@ -106,9 +107,22 @@ class CompletionStream:
         self._offsets = [0] * len(plans)
         self._finish_text = [finish_reason(p, named_tool=named_tool) for p in plans]
         self._tool_call_ids = tool_call_ids
-        rich = logprobs is not None or echo is not None or any(p.tool_calls for p in plans)
-        #: The encoder of one token of choice ``pos``: ``encode(pos, event)``.
-        self.encode: Callable[[int, TokenEvent], bytes] = self.rich_token if rich else self.token
+        self._rich = logprobs is not None or echo is not None or any(p.tool_calls for p in plans)
+
+    @property
+    def encode(self) -> Callable[[int, TokenEvent], bytes]:
+        """The encoder of one token of choice ``pos``: ``encode(pos, event)``.
+
+        Bound on each read, never stored on the instance: a stored bound method would make every
+        stream a reference cycle, freed only by the garbage collector (in bulk, in a pause that
+        delays a step's release) instead of when its request ends.
+        """
+        return self.rich_token if self._rich else self.token
+
+    @property
+    def templated(self) -> bool:
+        """Whether every token's chunk is a template fill (:meth:`chunk`), as for almost every request."""
+        return not self._rich
 
     def _note_lag(self, event: TokenEvent) -> None:
         """The token's lag, taken as its chunk is made, just before it is written."""
@@ -124,20 +138,54 @@ class CompletionStream:
         return self.encode(item[0], item[1])
 
     def token(self, pos: int, event: TokenEvent) -> bytes:
-        """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first)."""
+        """The chunk of a token of choice ``pos`` (with the role chunk before a choice's first).
+
+        :meth:`chunk` then :meth:`count`, written out in one call: the pulled path's per-token
+        work (the fixed engine's every token) pays no extra call for the split.
+        """
         # Per-token path: byte templates only.
         self._note_lag(event)
         self._completion_tokens += 1
+        chunks = self._chunks
         head = b""
         if self._chat and not self._started[pos]:
-            self._started[pos] = True
-            head = self._chunks.role(pos)
+            head = chunks.role(pos)
+        self._started[pos] = True
         finish: FinishReason | None = None
         if event.index == self._last[pos]:
             finish = self._finish[pos]
             self._done[pos] = True
         usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
-        return head + self._chunks.token(pos, event.text, finish, usage)
+        return head + chunks.token(pos, event.text, finish, usage)
+
+    def chunk(self, pos: int, event: TokenEvent) -> bytes:
+        """The bytes :meth:`token` writes for ``event``, changing nothing (the templated path only).
+
+        So they can be made ahead of the token's release (which may then never come: the stream
+        can end first); :meth:`count` then says the token was written. They depend on what was
+        written before only through whether the choice has started: an engine shows a token ahead
+        only when every earlier one of its stream has been handed over (and so encoded).
+        """
+        # Per-token path: byte templates only.
+        chunks = self._chunks
+        head = chunks.role(pos) if self._chat and not self._started[pos] else b""
+        finish = self._finish[pos] if event.index == self._last[pos] else None
+        usage = (self._prompt_of[pos], event.index + 1) if self._continuous else None
+        return head + chunks.token(pos, event.text, finish, usage)
+
+    def count(self, pos: int, event: TokenEvent) -> None:
+        """What :meth:`token` records besides its bytes, as ``event``'s chunk is written: its lag,
+        one more completion token, the choice started (and finished on its last token)."""
+        # Per-token path, at the token's release.
+        lags = self._lags
+        lags.append(self._now() - event.sim_time)
+        if len(lags) >= LAG_BATCH:
+            self._observe_lags(lags)
+            self._lags = []
+        self._completion_tokens += 1
+        self._started[pos] = True
+        if event.index == self._last[pos]:
+            self._done[pos] = True
 
     def rich_token(self, pos: int, event: TokenEvent) -> bytes:
         """The chunk of a token of a request that asked for logprobs or echo, or whose answer is tool calls."""
@@ -202,7 +250,7 @@ class CompletionStream:
                 if self._chat and not self._started[pos]:
                     parts.append(self._chunks.role(pos))
                 usage = (plan.prompt_tokens, 0) if self._continuous else None
-                if self.encode == self.token:
+                if not self._rich:
                     parts.append(self._chunks.finish(pos, FinishReason.ABORT if aborted else plan.finish_reason, usage))
                 else:
                     if aborted:

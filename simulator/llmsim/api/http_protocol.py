@@ -18,13 +18,14 @@ which waits on a paused transport (backpressure) or ends the response.
 from __future__ import annotations
 
 import time
+import weakref
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 #: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
 ARRIVAL_KEY = "llmsim.arrival"
-#: The scope key of the request's :meth:`ChunkWriter.write` (absent under another server).
-CHUNK_WRITER_KEY = "llmsim.write_chunk"
+#: The scope key of the request's :class:`ChunkWriter` (absent under another server).
+CHUNK_WRITER_KEY = "llmsim.chunk_writer"
 #: The cycle's state ChunkWriter reads: uvicorn internals, so a uvicorn without one of them gets no
 #: writer (every chunk through ``send``) rather than a wrong one.
 _CYCLE_STATE = ("flow", "disconnected", "response_started", "response_complete", "chunked_encoding", "transport")
@@ -36,22 +37,36 @@ class ChunkWriter:
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
-        self._cycle = cycle
+        # Weak: the writer sits in the cycle's own scope, and a strong reference back would make
+        # every request a reference cycle (scope -> writer -> cycle -> scope), freed only by the
+        # garbage collector, in bulk, in a pause that delays a step's release.
+        self._cycle = weakref.ref(cycle)
 
     def write(self, body: bytes) -> bool:
         """Write ``body`` as the next chunk, or refuse (False) where ``send`` must decide."""
-        cycle = self._cycle
+        return self.write_framed(self.frame(body) if body else b"")
+
+    @staticmethod
+    def frame(body: bytes) -> bytes:
+        """``body`` as one chunk of a chunked body, as uvicorn's send frames it
+        (httptools_impl.RequestResponseCycle.send; RFC 9112 7.1); made ahead by a response that
+        prepares its chunks."""
+        return b"%x\r\n%b\r\n" % (len(body), body)
+
+    def write_framed(self, framed: bytes) -> bool:
+        """Write a chunk :meth:`frame` made (b"" writes nothing), or refuse (False) where ``send`` must decide."""
+        cycle = self._cycle()
         if (
-            cycle.flow.write_paused
+            cycle is None
+            or cycle.flow.write_paused
             or cycle.disconnected
             or not cycle.response_started
             or cycle.response_complete
             or not cycle.chunked_encoding
         ):
             return False
-        if body:
-            # As uvicorn's send frames a chunk (httptools_impl.RequestResponseCycle.send).
-            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        if framed:
+            cycle.transport.write(framed)
         return True
 
 
@@ -67,7 +82,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         # Not on an upgrade, which makes no cycle.
         if cycle is not None and cycle.scope is self.scope and _writable(cycle):
-            self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle).write  # type: ignore[literal-required]
+            self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
 
 def _writable(cycle: RequestResponseCycle) -> bool:

@@ -336,7 +336,17 @@ async def _respond(
     if len(streams) == 1:
         # Almost every request: the engine's stream itself, no merging hop per token.
         if drop_after is None:
-            return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+            if not stream.templated:
+                return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+            # Each token's chunk made while its step runs, its lag and count taken as it is written.
+            return SSEResponse(
+                streams[0],
+                partial(stream.encode, 0),
+                stream,
+                headers=SSE_HEADERS,
+                prepare=partial(stream.chunk, 0),
+                commit=partial(stream.count, 0),
+            )
         return SSEResponse(
             DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS
         )

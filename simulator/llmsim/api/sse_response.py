@@ -30,7 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from llmsim.api.http_protocol import CHUNK_WRITER_KEY
+from llmsim.api.http_protocol import CHUNK_WRITER_KEY, ChunkWriter
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -107,6 +107,11 @@ class SSEResponse(Response, Generic[T]):
         The closing bytes, the error event, and the end-of-stream hook.
     headers:
         Extra response headers; the content type is ``text/event-stream; charset=utf-8``.
+    prepare, commit:
+        ``encode`` in two halves, given together or not at all: ``prepare(event)`` makes the bytes
+        and changes nothing (an engine that pushes shows each event ahead of its release, while it
+        waits for the deadline, and the event may then never be released); ``commit(event)``
+        records what ``encode`` records, when the prepared bytes are written.
     """
 
     media_type = "text/event-stream"
@@ -117,12 +122,16 @@ class SSEResponse(Response, Generic[T]):
         encode: Callable[[T], bytes],
         body: StreamBody,
         headers: Mapping[str, str] | None = None,
+        prepare: Callable[[T], bytes] | None = None,
+        commit: Callable[[T], None] | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers(headers)
         self._events = events
         self._encode = encode
+        self._prepare_bytes = prepare
+        self._commit = commit
         self._body = body
         self._send: Send | None = None
         # Set while the response waits on the engine: the only time a disconnect cancels it.
@@ -135,18 +144,23 @@ class SSEResponse(Response, Generic[T]):
         # A pushed write the transport made wait, finished by its own task.
         self._inflight: asyncio.Future[None] | None = None
         # The server's direct chunk write (llmsim serve's protocol), when it offers one.
-        self._write_chunk: Callable[[bytes], bool] | None = None
+        self._writer: ChunkWriter | None = None
+        # The one event made ahead of its release (see _prepare): its bytes, and framed for the writer.
+        self._ready: T | None = None
+        self._ready_body = b""
+        self._ready_framed = b""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         self._send = send
-        self._write_chunk = scope.get(CHUNK_WRITER_KEY)
+        self._writer = scope.get(CHUNK_WRITER_KEY)
         watcher = asyncio.create_task(self._watch(receive, task))
         attach = getattr(self._events, "attach", None)
         if attach is not None:
-            attach(self._push)
+            ahead = self._prepare_bytes is not None and self._commit is not None
+            attach(self._push, self._prepare if ahead else None)
         try:
             await self._stream(send)
         except asyncio.CancelledError:
@@ -163,6 +177,24 @@ class SSEResponse(Response, Generic[T]):
             finally:
                 self._body.close()
 
+    def _prepare(self, event: T) -> None:
+        """The engine shows a token ahead of its release: make its bytes now, while the engine
+        waits for the deadline, so that :meth:`_push` is little more than the write.
+
+        Never raises into the engine: a failure here meets ``encode`` again at the release.
+        """
+        if self._writing or self._disconnected:
+            return  # it will be queued and pulled (or dropped): nothing to gain
+        prepare = self._prepare_bytes
+        assert prepare is not None
+        try:
+            body = prepare(event)
+        except Exception:
+            return
+        self._ready = event
+        self._ready_body = body
+        self._ready_framed = ChunkWriter.frame(body) if self._writer is not None and body else b""
+
     def _push(self, event: T) -> bool:
         """The engine hands a token over at its release: write it now, from the engine's own pass.
 
@@ -173,12 +205,22 @@ class SSEResponse(Response, Generic[T]):
             return False
         send = self._send
         assert send is not None
+        writer = self._writer
         try:
-            body = self._encode(event)
-            # The server's own chunk write when it applies (not paused, not ended): no coroutine.
-            write_chunk = self._write_chunk
-            if write_chunk is not None and write_chunk(body):
-                return True
+            # Per-token path at the step's deadline: the bytes made ahead, when they were.
+            if event is self._ready:
+                self._ready = None
+                commit = self._commit
+                assert commit is not None
+                commit(event)
+                body = self._ready_body
+                # The server's own chunk write when it applies (not paused, not ended): no coroutine.
+                if writer is not None and writer.write_framed(self._ready_framed):
+                    return True
+            else:
+                body = self._encode(event)
+                if writer is not None and writer.write(body):
+                    return True
             write = cast(
                 Coroutine[Any, Any, None], send({"type": "http.response.body", "body": body, "more_body": True})
             )

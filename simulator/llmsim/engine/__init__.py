@@ -6,7 +6,7 @@ numbers, read time only through an injected :class:`~llmsim.engine.clock.Clock`,
 through an :class:`~llmsim.engine.base.EngineObserver`.
 """
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, ObserverGroup, TokenSink, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, ObserverGroup, TokenPrepare, TokenSink, TokenStream
 from llmsim.engine.clock import Clock, MonotonicClock
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "MonotonicClock",
     "NullObserver",
     "ObserverGroup",
+    "TokenPrepare",
     "TokenSink",
     "TokenStream",
 ]

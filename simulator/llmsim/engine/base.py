@@ -57,6 +57,12 @@ class ObserverGroup:
 #: False to have it queued and pulled instead. Must not block or await.
 TokenSink = Callable[[TokenEvent], bool]
 
+#: Called by an engine ahead of a release, while it waits for the deadline, with the very event it
+#: will then hand to the sink: the consumer may prepare what it writes (encode the chunk) so that
+#: the release itself is little more than the write. The event may never be released (the stream
+#: can end during the wait), so it must change nothing the consumer says. Must not block or await.
+TokenPrepare = Callable[[TokenEvent], None]
+
 
 class TokenStream(Protocol):
     """One admitted choice's tokens, pulled by the API one :class:`TokenEvent` at a time.
@@ -70,6 +76,9 @@ class TokenStream(Protocol):
     one instant (the scheduler's step) hands each token to its sink right there, instead of waking
     one consumer task per stream; whatever a sink refuses is queued and pulled as usual, in order.
     It returns False when the engine does not push (each token has its own timer anyway).
+    With ``prepare``, an engine that knows a release ahead (the scheduler, during the step it
+    waits out) shows each event to ``prepare`` first, then hands the same event to ``sink`` at
+    the deadline, unless the stream ended in between.
     """
 
     #: Prompt tokens found in the engine's prefix cache (vLLM's ``num_cached_tokens``); final
@@ -82,7 +91,7 @@ class TokenStream(Protocol):
 
     async def aclose(self) -> None: ...
 
-    def attach(self, sink: TokenSink) -> bool: ...
+    def attach(self, sink: TokenSink, prepare: TokenPrepare | None = None) -> bool: ...
 
 
 class Engine(abc.ABC):

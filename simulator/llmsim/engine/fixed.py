@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenSink, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenPrepare, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import RequestAborted
 from llmsim.types import EngineSnapshot, FinishReason, GenerationPlan, RequestId, RequestStats, TokenEvent
@@ -141,7 +141,7 @@ class _FixedStream:
             task.uncancel()
         return True
 
-    def attach(self, sink: TokenSink) -> bool:
+    def attach(self, sink: TokenSink, prepare: TokenPrepare | None = None) -> bool:
         # Every token has its own deadline and timer: nothing is released in batches to push.
         return False
 

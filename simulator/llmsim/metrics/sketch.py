@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable
+
+#: Most buckets a batch of values may span to be counted per bucket rather than per value.
+_NARROW_SPAN = 4
 
 
 class QuantileSketch:
@@ -48,7 +52,46 @@ class QuantileSketch:
             self.max = value
 
     def add_many(self, values: Iterable[float]) -> None:
-        """``add`` for each value; one call per request on the token path, so locals only."""
+        """``add`` for each value; one call per request on the token path, so locals only.
+
+        Values within a few buckets of each other (a request's inter-token gaps: one step
+        duration, give or take) are sorted and counted per bucket, with a few bisects on the
+        same bucket formula instead of one logarithm per value.
+        """
+        vals = values if isinstance(values, list) else list(values)
+        if len(vals) > _NARROW_SPAN * 4:
+            lo, hi = min(vals), max(vals)
+            if lo > self._min_value:
+                inv = self._inv_log_gamma
+                lo_k = math.ceil(math.log(lo) * inv)
+                hi_k = math.ceil(math.log(hi) * inv)
+                if hi_k - lo_k <= _NARROW_SPAN:
+                    self._add_narrow(sorted(vals), lo_k, hi_k)
+                    return
+        self._add_each(vals)
+
+    def _add_narrow(self, ordered: list[float], lo_k: int, hi_k: int) -> None:
+        """Positive sorted values within buckets ``lo_k..hi_k``: counted per bucket."""
+        inv = self._inv_log_gamma
+        log, ceil = math.log, math.ceil
+
+        def bucket(v: float) -> int:
+            return ceil(log(v) * inv)
+
+        pos = self._pos
+        start = 0
+        for k in range(lo_k, hi_k + 1):
+            end = bisect_right(ordered, k, start, key=bucket)
+            if end > start:
+                pos[k] = pos.get(k, 0) + end - start
+            start = end
+        self.count += len(ordered)
+        if ordered[0] < self.min:
+            self.min = ordered[0]
+        if ordered[-1] > self.max:
+            self.max = ordered[-1]
+
+    def _add_each(self, values: list[float]) -> None:
         pos, neg = self._pos, self._neg
         inv = self._inv_log_gamma
         floor_value = self._min_value

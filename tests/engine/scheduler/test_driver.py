@@ -15,7 +15,7 @@ from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadIt
 from llmsim.types import FinishReason, GenerationPlan, Pacing, RequestId, RequestStats, StepStats, TokenEvent
 from tests.engine.streams import run
 
-from .builders import roofline, seed_params
+from .builders import roofline, seed_params, tiny_params
 
 TICK = 2e-6  # looptime rounds timers to 1 us
 
@@ -497,5 +497,144 @@ async def test_a_first_token_is_handed_over_before_the_decode_tokens_of_its_step
     assert sorted(name for name, _ in in_that_step[1:]) == ["a", "b"]
     assert all(index > 0 for _, index in in_that_step[1:])
     for stream in (*early, late):
+        await stream.aclose()
+    await engine.stop()
+
+
+class Handover:
+    """A consumer's prepare and sink, recording (loop time, event) for each call."""
+
+    def __init__(self, clock: MonotonicClock) -> None:
+        self.clock = clock
+        self.prepared: list[tuple[float, TokenEvent]] = []
+        self.pushed: list[tuple[float, TokenEvent]] = []
+        self.seen = asyncio.Event()
+
+    def prepare(self, event: TokenEvent) -> None:
+        self.prepared.append((self.clock.now(), event))
+        self.seen.set()
+
+    def sink(self, event: TokenEvent) -> bool:
+        self.pushed.append((self.clock.now(), event))
+        return True
+
+
+@pytest.mark.looptime
+async def test_each_token_is_prepared_during_its_step_and_the_same_event_is_pushed_at_the_deadline() -> None:
+    engine, clock = await started(seed_params(), Recorder())
+    (stream,) = await engine.submit([plan(5)], clock.now(), [RequestId("r")])
+    handover = Handover(clock)
+    assert stream.attach(handover.sink, handover.prepare)
+    assert await collect(stream) == []
+    assert [e.index for _, e in handover.pushed] == [0, 1, 2, 3, 4]
+    for (prepared_at, prepared), (pushed_at, pushed) in zip(handover.prepared, handover.pushed, strict=True):
+        assert pushed is prepared  # the very event, so what was made from it applies
+        # Shown while the step ran (at least one decode step before its end), pushed at the deadline.
+        assert pushed.sim_time - prepared_at >= roofline(1, 16) - TICK
+        assert pushed_at == pytest.approx(pushed.sim_time, abs=TICK)
+    await stream.aclose()
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_a_stream_closed_between_its_prepare_and_the_deadline_gets_nothing() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    arrival = clock.now()
+    leaving, staying = await engine.submit([plan(8), plan(8)], arrival, [RequestId("a"), RequestId("b")])
+    left, stayed = Handover(clock), Handover(clock)
+    assert leaving.attach(left.sink, left.prepare)
+    assert staying.attach(stayed.sink, stayed.prepare)
+    # Wait until token 2 of "a" is prepared (its step is running), then the client leaves.
+    while not any(e.index == 2 for _, e in left.prepared):
+        left.seen.clear()
+        await left.seen.wait()
+    deadline = left.prepared[-1][1].sim_time
+    assert clock.now() < deadline
+    await leaving.aclose()
+    # Its prepared token never goes out; the other stream's token of the same step does, on time.
+    assert await collect(staying) == []
+    assert [e.index for _, e in left.pushed] == [0, 1]
+    assert [e.index for _, e in stayed.pushed] == list(range(8))
+    assert stayed.pushed[2][1].sim_time == pytest.approx(deadline, abs=TICK)
+    (aborted,) = [s for s in rec.finished if s.request_id == "a"]
+    assert aborted.finish_reason is FinishReason.ABORT
+    assert aborted.output_tokens == 2
+    await staying.aclose()
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_prepared_pushes_keep_the_pulled_timeline_through_chunked_prefills_and_preemptions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every token the update releases was foreseen and prepared, and pushed once, in order, at the
+    same simulated time as when the same workload is pulled (no sink): the pass at the deadline
+    and the scheduler's update agree on which sequence releases a token in every kind of step."""
+    # 40 blocks of 4 tokens for 6 requests of 12 + 24 tokens (9 blocks each at the end): they
+    # outgrow the cache together and are preempted; a 16-token batch budget chunks the prefills.
+    params = tiny_params(40, max_batch_tokens=16)
+    plans = [plan(24, prompt_tokens=12) for _ in range(6)]
+    ids = [RequestId(f"r{i}") for i in range(6)]
+
+    async def timeline(push: bool) -> tuple[list[list[tuple[int, float]]], int, list[float]]:
+        rec = Recorder()
+        engine, clock = await started(params, rec)
+        start = clock.now()
+        streams = await engine.submit(plans, start, ids)
+        handovers = [Handover(clock) for _ in streams]
+        if push:
+            for stream, handover in zip(streams, handovers, strict=True):
+                assert stream.attach(handover.sink, handover.prepare)
+        pulled = await asyncio.gather(*(collect(s) for s in streams))
+        for stream in streams:
+            await stream.aclose()
+        await engine.stop()
+        preemptions = sum(s.num_preemptions for s in rec.steps)
+        ttfts = sorted(rec.first)
+        if not push:
+            return [[(e.index, e.sim_time - start) for e in p] for p in pulled], preemptions, ttfts
+        assert all(p == [] for p in pulled)
+        for handover in handovers:
+            prepared_ids = {id(e) for _, e in handover.prepared}
+            assert all(id(e) in prepared_ids for _, e in handover.pushed)
+            assert all(t == pytest.approx(e.sim_time, abs=TICK) for t, e in handover.pushed)
+        return [[(e.index, e.sim_time - start) for _, e in h.pushed] for h in handovers], preemptions, ttfts
+
+    pushed, preempted, pushed_ttfts = await timeline(push=True)
+    pulled, _, pulled_ttfts = await timeline(push=False)
+    # One first-token observation per request, the same TTFTs either way.
+    assert len(pushed_ttfts) == len(plans)
+    assert pushed_ttfts == pytest.approx(pulled_ttfts, abs=1e-9)
+    assert preempted > 0
+    assert all([i for i, _ in tokens] == list(range(24)) for tokens in pushed)
+    assert [[i for i, _ in tokens] for tokens in pushed] == [[i for i, _ in tokens] for tokens in pulled]
+    for pushed_tokens, pulled_tokens in zip(pushed, pulled, strict=True):
+        assert [t for _, t in pushed_tokens] == pytest.approx([t for _, t in pulled_tokens], abs=1e-9)
+    assert "had not prepared" not in caplog.text
+
+
+@pytest.mark.looptime
+async def test_streams_aborted_by_the_engine_between_prepare_and_deadline_get_nothing() -> None:
+    rec = Recorder()
+    engine, clock = await started(seed_params(), rec)
+    streams = await engine.submit([plan(8), plan(8)], clock.now(), [RequestId("a"), RequestId("b")])
+    handovers = [Handover(clock), Handover(clock)]
+    for stream, handover in zip(streams, handovers, strict=True):
+        assert stream.attach(handover.sink, handover.prepare)
+    first = handovers[0]
+    while not any(e.index == 2 for _, e in first.prepared):
+        first.seen.clear()
+        await first.seen.wait()
+    assert clock.now() < first.prepared[-1][1].sim_time
+    # vLLM's abort (shutdown, sleep): the sinks stay attached, the streams end under them.
+    assert engine.abort_requests() == 2
+    for stream in streams:
+        with pytest.raises(RequestAborted):
+            await collect(stream)
+    await asyncio.sleep(0.5)  # well past the step's deadline
+    assert [[e.index for _, e in h.pushed] for h in handovers] == [[0, 1], [0, 1]]
+    assert sorted(s.output_tokens for s in rec.finished) == [2, 2]
+    for stream in streams:
         await stream.aclose()
     await engine.stop()

@@ -3,8 +3,10 @@
 One background task owns the simulated GPU::
 
     admit arrivals -> schedule -> cost -> deadline = step_start + duration
-        -> lag = await clock.sleep_until(deadline) -> update -> one TokenEvent to every sequence
-           that sampled a token -> observers -> step_start = deadline
+        -> the release prepared: one TokenEvent for every sequence the step will give a token,
+           shown to its consumer's prepare (which encodes its chunk)
+        -> lag = await clock.sleep_until(deadline) -> the events handed out (written)
+        -> update -> observers -> step_start = deadline
 
 The timeline is anchored: a late wake-up shows up as lag and never shifts the next step.
 Requests wait in an inbox ordered by arrival stamp and join the first step that starts at or
@@ -37,7 +39,7 @@ from collections.abc import Sequence as Seq
 from contextlib import suppress
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenSink, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenPrepare, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
@@ -48,6 +50,7 @@ from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, Toke
 
 logger = logging.getLogger(__name__)
 
+_RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
 _ABORTED = SequenceStatus.ABORTED
 
@@ -55,7 +58,7 @@ _ABORTED = SequenceStatus.ABORTED
 class _Stream(Sequence):
     """A sequence plus its consumer's channel; the :class:`TokenStream` the API pulls."""
 
-    __slots__ = ("engine", "events", "in_inbox", "plan", "sink", "waiter")
+    __slots__ = ("engine", "events", "in_inbox", "plan", "prepare", "sink", "waiter")
 
     def __init__(
         self,
@@ -87,6 +90,8 @@ class _Stream(Sequence):
         self.waiter: asyncio.Future[None] | None = None
         # Where the step loop hands each token at release, when the consumer asked for pushes.
         self.sink: TokenSink | None = None
+        # What the consumer prepares each token with, ahead of its release (see _prepare_release).
+        self.prepare: TokenPrepare | None = None
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -119,10 +124,12 @@ class _Stream(Sequence):
     async def aclose(self) -> None:
         self.waiter = None
         self.sink = None
+        self.prepare = None
         self.engine.close_stream(self)
 
-    def attach(self, sink: TokenSink) -> bool:
+    def attach(self, sink: TokenSink, prepare: TokenPrepare | None = None) -> bool:
         self.sink = sink
+        self.prepare = prepare
         return True
 
     def interrupt(self) -> None:
@@ -182,7 +189,7 @@ class _PacedStream(_Stream):
         if self.sleeper is not None:
             self.sleeper.cancel()
 
-    def attach(self, sink: TokenSink) -> bool:
+    def attach(self, sink: TokenSink, prepare: TokenPrepare | None = None) -> bool:
         # Each token waits for its own paced deadline on the way out: pulled, never pushed.
         return False
 
@@ -434,35 +441,98 @@ class SchedulerEngine(Engine):
                 self._live.difference_update(live)
             admission.decide()
 
-    def _release(self, released: list[_Stream], deadline: float) -> None:
-        """Hand one token to every stream that sampled one, all at the step's deadline.
+    def _prepare_release(self, scheduled: list[_Stream], deadline: float) -> list[tuple[_Stream, TokenEvent]]:
+        """The tokens this step will release at ``deadline``, in the order they will be handed out.
+
+        Worked out while the step runs (before the loop sleeps to its deadline), so the pass at the
+        deadline is little more than the writes: each event is made here and shown to its
+        consumer's ``prepare`` (which encodes its chunk). A sequence releases a token when the step
+        computes up to its last token and it has outputs left: the rule of
+        :meth:`Scheduler.update_from_output`, which still decides after the deadline; a stream
+        that ends during the sleep (aborted, its client gone) is skipped then, and
+        :meth:`_settle` hands over anything this missed.
+
+        Order: first tokens first (a request's TTFT then carries only the wake-up's lag, not its
+        place in a pass over the whole batch; a few per step at most, so the decode tokens behind
+        them lose a few writes' time), then admission order rotated by one each step, so no
+        stream is always the last of a large batch.
+        """
+        releasing = [
+            s
+            for s in scheduled
+            if s.status is _RUNNING
+            and s.num_output_tokens < s.max_output_tokens
+            and s.num_computed_tokens >= s.num_prompt_tokens + s.num_output_tokens
+        ]
+        n = len(releasing)
+        first = self._rotation % n if n else 0
+        self._rotation += 1
+        order = releasing[first:] + releasing[:first] if first else releasing
+        starting = [s for s in order if s.num_output_tokens == 0]
+        if starting and len(starting) < n:
+            order = starting + [s for s in order if s.num_output_tokens != 0]
+        pending: list[tuple[_Stream, TokenEvent]] = []
+        # Once per token to release (up to a thousand per step): one TokenEvent, one call.
+        for stream in order:
+            index = stream.num_output_tokens
+            event = TokenEvent(index, stream.plan.tokens[index], deadline)
+            pending.append((stream, event))
+            prepare = stream.prepare
+            if prepare is not None and not stream.events:
+                prepare(event)
+        return pending
+
+    @staticmethod
+    def _hand_out(pending: list[tuple[_Stream, TokenEvent]]) -> int:
+        """At the deadline: hand each prepared token to its stream, in the prepared order.
 
         Each goes to its consumer's sink right here when it has one and nothing is queued before
         it (the token is written in this same pass: no task wake-up per stream); otherwise it is
-        queued and its consumer woken. First tokens go first: a request's TTFT then carries
-        only the wake-up's lag, not its place in a pass over the whole batch (a few per step at
-        most, so the decode tokens behind them lose a few writes' time). Then streams are served
-        in admission order rotated by one each step, so no stream is always the last of a large batch.
+        queued and its consumer woken. A stream that ended during the sleep gets nothing.
+        Returns how many were handed out.
         """
-        observer = self._observer
-        n = len(released)
-        first = self._rotation % n if n else 0
-        self._rotation += 1
-        order = released[first:] + released[:first] if first else released
-        starting = [s for s in order if s.num_output_tokens == 1]
-        if starting and len(starting) < n:
-            order = starting + [s for s in order if s.num_output_tokens != 1]
-        # Once per released token (up to a thousand per step): one TokenEvent, one call.
-        for stream in order:
-            index = stream.num_output_tokens - 1
-            event = TokenEvent(index, stream.plan.tokens[index], deadline)
-            if index == 0:
-                observer.on_first_token(deadline - stream.arrival)
+        handed = 0
+        # Once per released token: the pass every token of the step waits on.
+        for stream, event in pending:
+            if stream.status is not _RUNNING:
+                continue
+            handed += 1
             sink = stream.sink
             if sink is not None and not stream.events and sink(event):
                 continue
             stream.events.append(event)
             stream.wake()
+        return handed
+
+    def _settle(self, released: list[_Stream], pending: list[tuple[_Stream, TokenEvent]], handed: int) -> None:
+        """After the scheduler's update: first-token observations, and a check that the pass at the
+        deadline handed out exactly the tokens the update released (a token it did not foresee
+        goes out now, late; none while the two rules agree, which the tests hold)."""
+        observer = self._observer
+        # First tokens lead the pending order (see _prepare_release): only those are looked at.
+        for stream, event in pending:
+            if event.index:
+                break
+            if stream.num_output_tokens == 1:  # released now (not aborted during the sleep)
+                observer.on_first_token(event.sim_time - stream.arrival)
+        if handed == len(released):
+            return
+        foreseen = {id(s) for s, _ in pending}
+        missed = [s for s in released if id(s) not in foreseen]
+        logger.error(
+            "a step released %d tokens its pass had not prepared (%d handed out, %d released)",
+            len(missed),
+            handed,
+            len(released),
+        )
+        late: list[tuple[_Stream, TokenEvent]] = []
+        for s in missed:
+            index = s.num_output_tokens - 1
+            event = TokenEvent(index, s.plan.tokens[index], s.token_times[-1])
+            late.append((s, event))
+            if index == 0:
+                observer.on_first_token(event.sim_time - s.arrival)
+        self._hand_out(late)
 
     async def _step_loop(self) -> None:
         sched = self._scheduler
@@ -490,6 +560,7 @@ class SchedulerEngine(Engine):
             out = sched.schedule(step_start)
             duration = step_duration(out)
             deadline = step_start + duration
+            pending = self._prepare_release(out.scheduled, deadline)
             if clock.now() < deadline:
                 lag = await clock.sleep_until(deadline)
             else:
@@ -498,9 +569,11 @@ class SchedulerEngine(Engine):
                 # then: a wake-up a few µs late releases at once, not after another loop turn.)
                 await asyncio.sleep(0)
                 lag = max(0.0, clock.now() - deadline)
+            # The writes first: the scheduler's bookkeeping of the step waits until every token is out.
+            handed = self._hand_out(pending)
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
-            self._release(result.released, deadline)
+            self._settle(result.released, pending, handed)
             observer.on_step(sched.step_stats(out, step_start, duration, lag))
             for stream in result.finished:
                 stream.wake()  # a plan with no tokens ends without a release
