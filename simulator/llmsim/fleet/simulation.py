@@ -88,7 +88,7 @@ class FleetSimulation:
         requests = workload.requests
         n = len(requests)
         # Where each request's own text starts: the prefix caches keep its blocks out of their maps.
-        self.own_from = workload.own_text_starts() if self._caches_prefixes() else [None] * n
+        self.own_from = workload.own_text_starts() if hashers else [None] * n
         self.seqs: list[Sequence | None] = [None] * n
         self.replica_of = [-1] * n
         self.outcomes: list[RequestOutcome | None] = [None] * n
@@ -122,9 +122,6 @@ class FleetSimulation:
         self.num_ended = 0
         self.num_started = -1
         self.end = 0.0
-
-    def _caches_prefixes(self) -> bool:
-        return any(group.count and group.params.enable_prefix_caching for group in self.fleet.groups)
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -447,8 +447,8 @@ class SchedulerEngine(Engine):
         Worked out while the step runs (before the loop sleeps to its deadline), so the pass at the
         deadline is little more than the writes: each event is made here and shown to its
         consumer's ``prepare`` (which encodes its chunk). A sequence releases a token when the step
-        computes up to its last token and it has outputs left: the rule of
-        :meth:`Scheduler.update_from_output`, which still decides after the deadline; a stream
+        computes up to its last token and it has outputs left (:meth:`Scheduler.releasing`, the
+        rule of :meth:`Scheduler.update_from_output`, which still decides after the deadline); a stream
         that ends during the sleep (aborted, its client gone) is skipped then, and
         :meth:`_settle` hands over anything this missed.
 
@@ -457,13 +457,7 @@ class SchedulerEngine(Engine):
         them lose a few writes' time), then admission order rotated by one each step, so no
         stream is always the last of a large batch.
         """
-        releasing = [
-            s
-            for s in scheduled
-            if s.status is _RUNNING
-            and s.num_output_tokens < s.max_output_tokens
-            and s.num_computed_tokens >= s.num_prompt_tokens + s.num_output_tokens
-        ]
+        releasing = self._scheduler.releasing(scheduled)
         n = len(releasing)
         first = self._rotation % n if n else 0
         self._rotation += 1

@@ -391,6 +391,19 @@ class Scheduler(Generic[S]):
             duration += out.num_lora_loads * self._lora_load_s
         return duration
 
+    def releasing(self, scheduled: list[S]) -> list[S]:
+        """The sequences of a step in flight that its end will give a token, if none ends first: those
+        the step computes up to their last token, with outputs left (what the live engine prepares
+        before the deadline). NOTE: :meth:`update_from_output`'s rule, inlined there (once per
+        sequence per step in virtual time); keep the two in step (a driver test compares them)."""
+        return [
+            s
+            for s in scheduled
+            if s.status is _RUNNING
+            and s.num_output_tokens < s.max_output_tokens
+            and s.num_computed_tokens >= s.num_prompt_tokens + s.num_output_tokens
+        ]
+
     def update_from_output(self, out: SchedulerOutput[S], now: float) -> StepResult[S]:
         """Advance the sequences of a step that ended at ``now``: release tokens, finish sequences."""
         result: StepResult[S] = StepResult()
