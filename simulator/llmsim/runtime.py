@@ -28,6 +28,7 @@ from llmsim.config.schema import SchedulerSection
 from llmsim.engine import Clock, Engine, EngineObserver, MonotonicClock, ObserverGroup
 from llmsim.engine.fixed import FixedEngine, FixedTiming
 from llmsim.engine.instant import InstantEngine
+from llmsim.engine.release_gate import ReleaseGate
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.params import (
     GpuSpec,
@@ -157,9 +158,14 @@ class BuiltEngine:
 
 
 def build_engine(
-    config: ModelsConfig, model: ModelConfig, clock: Clock, observer: EngineObserver, file: str
+    config: ModelsConfig,
+    model: ModelConfig,
+    clock: Clock,
+    observer: EngineObserver,
+    file: str,
+    gate: ReleaseGate | None = None,
 ) -> BuiltEngine:
-    """One engine for one model. Raises ConfigError."""
+    """One engine for one model (a scheduler engine's releases on ``gate``). Raises ConfigError."""
     _check_sections(model, config, file)
     if model.engine == "scheduler":
         assert model.kv_cache is not None
@@ -192,7 +198,7 @@ def build_engine(
             logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
         # One sleep per step, so the step loop can afford a timer that wakes at the deadline's
         # microsecond rather than the event loop's millisecond (most of a quiet server's lag).
-        return BuiltEngine(SchedulerEngine(params, precise(clock), observer), info, cache_config)
+        return BuiltEngine(SchedulerEngine(params, precise(clock), observer, gate), info, cache_config)
     if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
         raise ConfigError(
             file,
@@ -216,6 +222,7 @@ def _serve_model(
     publishers: dict[str, ZmqPublisher],
     created: int,
     crash: Crash,
+    gate: ReleaseGate | None = None,
 ) -> ServedModel:
     """One model's metrics, KV-event stream, engine and generator, wired together."""
     max_lora = model.lora.max_loras if model.lora is not None else None
@@ -236,7 +243,7 @@ def _serve_model(
         stream = KVEventStream(publisher, events.topic, model=model.name, event_format=events.event_format)
         logger.info("model %s: KV-cache events on %s, topic %r", model.name, events.endpoint, stream.topic)
         observer = ObserverGroup(metrics, stream)
-    built = build_engine(config, model, clock, observer, file)
+    built = build_engine(config, model, clock, observer, file, gate)
     metrics.bind(built.engine.snapshot, built.cache_config)
     if model.engine != "scheduler" and model.lora is not None:
         for adapter in model.lora.adapters:
@@ -299,9 +306,11 @@ def build_runtime(
     hub = MetricsHub()
     # One PUB socket per endpoint, shared by the models publishing there (each on its own topic).
     publishers: dict[str, ZmqPublisher] = {}
+    # One for the event loop: every scheduler engine's releases go before any request's work.
+    gate = ReleaseGate(clock.now) if any(m.engine == "scheduler" for m in config.models) else None
     try:
         for model in config.models:
-            models[model.name] = _serve_model(config, model, file, script, clock, hub, publishers, created, crash)
+            models[model.name] = _serve_model(config, model, file, script, clock, hub, publishers, created, crash, gate)
     except BaseException:
         for publisher in publishers.values():
             publisher.close()
@@ -311,7 +320,9 @@ def build_runtime(
         return sum(served.engine.abort_requests() for served in models.values())
 
     lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
-    state = ApiState(models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes)
+    state = ApiState(
+        models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes, release_gate=gate
+    )
     for served in models.values():
         for adapter in served.lora_adapters:
             state.lora_adapters[adapter] = served.name

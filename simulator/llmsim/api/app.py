@@ -47,6 +47,7 @@ from llmsim.api.response_models import (
     WakeUpResponse,
 )
 from llmsim.api.state import ApiState
+from llmsim.engine.release_gate import ReleaseGate
 
 Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -92,10 +93,13 @@ class LlmsimApp(FastAPI):
         access: Access | None = None,
         identity: Identity | None = None,
         lifecycle: Lifecycle | None = None,
+        gate: ReleaseGate | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._now = now
+        # The engines' pending releases: a request's work waits while one is at hand.
+        self._gate = gate
         self._hot = dict(hot)
         self._access = access or Access()
         self._identity = identity or Identity()
@@ -159,6 +163,13 @@ class LlmsimApp(FastAPI):
             return
         if ARRIVAL_KEY not in scope:  # stamped by uvicorn's protocol when llmsim serve runs it
             scope[ARRIVAL_KEY] = self._now()
+        gate = self._gate
+        if gate is not None:
+            # Before the request's first slice of work (parsing, planning, submitting): a token
+            # release about to be due goes first. The arrival is stamped already.
+            arrival = scope[ARRIVAL_KEY]
+            while (held := gate.wait(arrival)) is not None:
+                await held
         headers = self._identity.headers(scope)
         if self._access.enabled:
             refusal = self._access.refusal(scope)
@@ -205,6 +216,11 @@ class LlmsimApp(FastAPI):
             await error(scope, receive, send)
             raise
         response.raw_headers.extend(headers)
+        gate = self._gate
+        if gate is not None:
+            # Admitted (or refused): the response's start is the request's second slice of work.
+            while (held := gate.wait()) is not None:
+                await held
         await response(scope, receive, send)
 
 
@@ -279,6 +295,7 @@ def create_app(
         redoc_url=None,
         access=access,
         identity=identity,
+        gate=state.release_gate,
         lifecycle=state.lifecycle,
     )
     app.state.llmsim = state

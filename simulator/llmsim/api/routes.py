@@ -273,7 +273,9 @@ async def _respond(
     echo: list[Echo] | None = None,
     fault: Fault | None = None,
 ) -> Response:
-    now = _state(request).clock.now
+    state = _state(request)
+    now = state.clock.now
+    gate = state.release_gate
     logprobs = body.num_logprobs
     named_tool = isinstance(body, ChatCompletionRequest) and body.named_tool is not None
     tool_call_ids = [[_tool_call_id() for _ in p.tool_calls] for p in plans]
@@ -337,7 +339,7 @@ async def _respond(
         # Almost every request: the engine's stream itself, no merging hop per token.
         if drop_after is None:
             if not stream.templated:
-                return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS)
+                return SSEResponse(streams[0], partial(stream.encode, 0), stream, headers=SSE_HEADERS, gate=gate)
             # Each token's chunk made while its step runs, its lag and count taken as it is written.
             return SSEResponse(
                 streams[0],
@@ -346,14 +348,15 @@ async def _respond(
                 headers=SSE_HEADERS,
                 prepare=partial(stream.chunk, 0),
                 commit=partial(stream.count, 0),
+                gate=gate,
             )
         return SSEResponse(
-            DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS
+            DroppingEvents(streams[0], drop_after), partial(stream.encode, 0), stream, headers=SSE_HEADERS, gate=gate
         )
     merged: EventSource[tuple[int, TokenEvent]] = merged_events(streams)
     if drop_after is not None:
         merged = DroppingEvents(merged, drop_after)
-    return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS)
+    return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS, gate=gate)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:

@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from llmsim.api.http_protocol import CHUNK_WRITER_KEY, ChunkWriter
+from llmsim.engine.release_gate import ReleaseGate
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -112,6 +113,9 @@ class SSEResponse(Response, Generic[T]):
         and changes nothing (an engine that pushes shows each event ahead of its release, while it
         waits for the deadline, and the event may then never be released); ``commit(event)``
         records what ``encode`` records, when the prepared bytes are written.
+    gate:
+        The engines' pending token releases (:class:`~llmsim.engine.release_gate.ReleaseGate`):
+        the work after the last write waits while one is at hand.
     """
 
     media_type = "text/event-stream"
@@ -124,6 +128,7 @@ class SSEResponse(Response, Generic[T]):
         headers: Mapping[str, str] | None = None,
         prepare: Callable[[T], bytes] | None = None,
         commit: Callable[[T], None] | None = None,
+        gate: ReleaseGate | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -149,6 +154,8 @@ class SSEResponse(Response, Generic[T]):
         self._ready: T | None = None
         self._ready_body = b""
         self._ready_framed = b""
+        # The engines' pending releases: the work at the response's end (its records) gives way to them.
+        self._gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -309,3 +316,10 @@ class SSEResponse(Response, Generic[T]):
             due.append(last)
         # The end of the stream in one write, with the chunked-encoding terminator.
         await self._write(send, b"".join(due), more_body=False)
+        gate = self._gate
+        if gate is not None:
+            # The client has everything; what is left (closing the source, the request's records)
+            # is a slice of work that a burst of streams ending together would otherwise run all
+            # at once, ahead of the next step's release.
+            while (held := gate.wait()) is not None:
+                await held

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.served import ServedModel
 from llmsim.engine.clock import Clock
+from llmsim.engine.release_gate import ReleaseGate
 
 #: Default cap on a request body. vLLM has none; 4 MiB holds a 128k-token prompt several times over,
 #: and validating a body that size holds the event loop for a few milliseconds only.
@@ -22,5 +23,7 @@ class ApiState:
     lifecycle: Lifecycle
     # Larger request bodies are refused with 413 before they are parsed.
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # The scheduler engines' pending token releases, which request work gives way to (None: no such engine).
+    release_gate: ReleaseGate | None = None
     # LoRA adapter name -> the served model it runs on (requests name adapters in "model").
     lora_adapters: dict[str, str] = field(default_factory=dict)

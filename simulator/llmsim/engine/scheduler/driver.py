@@ -42,6 +42,7 @@ from typing import ClassVar
 from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenPrepare, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
+from llmsim.engine.release_gate import ReleaseGate
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
@@ -226,9 +227,17 @@ class SchedulerEngine(Engine):
     name: ClassVar[str] = "scheduler"
     required_sections: ClassVar[frozenset[str]] = frozenset({"hardware", "weights", "kv_cache"})
 
-    def __init__(self, params: SchedulerParams, clock: Clock, observer: EngineObserver | None = None) -> None:
+    def __init__(
+        self,
+        params: SchedulerParams,
+        clock: Clock,
+        observer: EngineObserver | None = None,
+        gate: ReleaseGate | None = None,
+    ) -> None:
         self._params = params
         self._clock = clock
+        # Shared with the request side: it holds its work back while a release is at hand.
+        self._gate = gate
         self._observer: EngineObserver = observer or NullObserver()
         self._scheduler: Scheduler[_Stream] = Scheduler(params)
         # (arrival, submission number, admission): a heap, so the waiting queue is in arrival order.
@@ -311,6 +320,8 @@ class SchedulerEngine(Engine):
             self._wake_everyone()
 
     def _wake_everyone(self) -> None:
+        if self._gate is not None:
+            self._gate.open(self)  # no release is coming: request work held for one goes on
         for _, _, admission in self._inbox:
             admission.decide()
         for stream in {*self._live, *self._paced}:
@@ -538,6 +549,7 @@ class SchedulerEngine(Engine):
         step_start = self._timeline_end
         previous_start = -math.inf
         params = self._params
+        gate = self._gate
         while True:
             if not sched.has_work():
                 if not inbox:
@@ -555,6 +567,8 @@ class SchedulerEngine(Engine):
             duration = step_duration(out)
             deadline = step_start + duration
             pending = self._prepare_release(out.scheduled, deadline)
+            if gate is not None:
+                gate.close(self, deadline)
             if clock.now() < deadline:
                 lag = await clock.sleep_until(deadline)
             else:
@@ -565,6 +579,8 @@ class SchedulerEngine(Engine):
                 lag = max(0.0, clock.now() - deadline)
             # The writes first: the scheduler's bookkeeping of the step waits until every token is out.
             handed = self._hand_out(pending)
+            # The earliest arrival among request work held back for this release (inf: none).
+            held = gate.open(self) if gate is not None else math.inf
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
             self._settle(result.released, pending, handed)
@@ -575,3 +591,9 @@ class SchedulerEngine(Engine):
                 observer.on_request_finished(stream.to_stats())
             previous_start = step_start
             step_start = deadline
+            if ready_time(params, held) <= admission_cutoff(params, step_start, previous_start, bool(sched.running)):
+                # Request work held back for this release could still join the next step: it runs
+                # its next slice (parsing, planning, submitting) before the step's admissions are
+                # decided, as it would have without the gate, which so moves no request to a later
+                # step. (With async scheduling the next step's cutoff is already behind it.)
+                await asyncio.sleep(0)

@@ -1,0 +1,103 @@
+"""The release gate: request work waits while a token release is at hand, and goes on after its pass."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable
+
+import pytest
+
+from llmsim.engine.release_gate import ReleaseGate
+
+
+class Now:
+    """A hand-set clock (seconds)."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def held(gate: ReleaseGate, arrival: float | None = None) -> asyncio.Future[None]:
+    """What a slice of request work awaits (it must be held)."""
+    waiter = gate.wait(arrival)
+    assert waiter is not None
+    return asyncio.ensure_future(_await(waiter))
+
+
+async def _await(waiter: Awaitable[None]) -> None:
+    await waiter
+
+
+async def test_work_goes_on_at_once_unless_a_release_is_within_the_margin() -> None:
+    now = Now(10.0)
+    gate = ReleaseGate(now, margin=0.001)
+    assert gate.wait() is None  # no release pending
+    gate.close("engine", 10.005)
+    assert gate.wait() is None  # 5 ms ahead: more than the 1 ms margin
+    now.t = 10.0039
+    assert gate.wait() is None
+    now.t = 10.0041  # 0.9 ms before the deadline
+    first = held(gate)
+    now.t = 10.007  # past the deadline: still held until the pass is done
+    late = held(gate)
+    assert gate.num_held == 2
+    await asyncio.sleep(0)
+    assert not first.done()
+    assert not late.done()
+    assert gate.open("engine") == math.inf  # let go; none of them was on its way to an engine
+    await asyncio.wait_for(asyncio.gather(first, late), 1)
+    assert gate.wait() is None  # no release pending any more
+    assert gate.open("engine") == math.inf  # nobody was waiting
+
+
+async def test_open_returns_the_earliest_arrival_it_lets_go() -> None:
+    now = Now(5.0)
+    gate = ReleaseGate(now, margin=0.001)
+    gate.close("engine", 5.0005)
+    waiters = [held(gate, 4.9998), held(gate, 4.9996), held(gate), held(gate, 4.9999)]
+    assert gate.open("engine") == 4.9996
+    await asyncio.wait_for(asyncio.gather(*waiters), 1)
+    # The next release's waiters start afresh.
+    gate.close("engine", 5.0007)
+    later = held(gate, 5.0001)
+    assert gate.open("engine") == 5.0001
+    await asyncio.wait_for(later, 1)
+
+
+async def test_work_waits_for_every_engine_whose_release_is_at_hand() -> None:
+    now = Now(1.0)
+    gate = ReleaseGate(now, margin=0.001)
+    gate.close("a", 1.0005)
+    gate.close("b", 1.0008)
+    waiter = held(gate, 0.9999)
+    await asyncio.sleep(0)
+    # a's pass is done, b's release is 0.8 ms away: still within the margin.
+    assert gate.open("a") == math.inf
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    assert gate.open("b") == 0.9999
+    await asyncio.wait_for(waiter, 1)
+
+
+async def test_a_waiter_cancelled_leaves_the_others_waiting() -> None:
+    now = Now(0.0)
+    gate = ReleaseGate(now, margin=0.001)
+    gate.close("engine", 0.0)
+    first = held(gate)
+    second = held(gate)
+    await asyncio.sleep(0)
+    first.cancel()  # its client left
+    await asyncio.sleep(0)
+    assert first.cancelled()
+    assert not second.done()
+    gate.open("engine")
+    await asyncio.wait_for(second, 1)
+
+
+def test_a_negative_margin_is_refused() -> None:
+    with pytest.raises(ValueError, match="margin"):
+        ReleaseGate(Now(), margin=-0.001)
