@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,17 +161,25 @@ class BlockHasher:
         # Segments -> (block identities, pieces of the partial block, its length, last identity).
         self._memo: dict[tuple[Segment, ...], _Chain] = {}
         # The last prompt asked for: a router asks once per replica for the same prompt.
-        self._last: tuple[tuple[Segment, ...], list[BlockHash]] | None = None
+        self._last: tuple[tuple[Segment, ...], Sequence[BlockHash]] | None = None
 
-    def of(self, segments: tuple[Segment, ...]) -> list[BlockHash]:
+    def of(self, segments: tuple[Segment, ...]) -> Sequence[BlockHash]:
         """Identities of the full blocks of ``segments`` (a prompt's, or a prompt's plus its answer's).
 
-        The list is shared with the memo: copy it before changing it.
+        Not to be changed: a list shared with the memo, or the ``range`` of a one-segment prompt.
         """
+        if len(segments) == 1:
+            only = segments[0]
+            if only.ids is None:
+                # All of it is the first segment: its numbered blocks, which is what _chain would
+                # list, as one range object (a prompt known only by its length, most of them:
+                # no memo lookup, which would hash the segment, and no list of integers).
+                base = self._code(only.key) >> _CODE_SHIFT
+                return range(base, base + only.length // self.block_size)
         last = self._last
         if last is not None and last[0] is segments:
             return last[1]
-        hashes = self._chain(segments)[0]
+        hashes: Sequence[BlockHash] = self._chain(segments)[0]
         self._last = (segments, hashes)
         return hashes
 

@@ -335,7 +335,7 @@ class KVCache:
                 )
             )
 
-    def _map(self, blocks: list[int], new: list[BlockHash]) -> None:
+    def _map(self, blocks: list[int], new: Seq[BlockHash]) -> None:
         """Make ``blocks`` findable under their identities ``new`` (none of them mapped yet)."""
         block_hash = self._hash
         # Once per block filled: no per-block check here (audit() checks every block's hash).
