@@ -276,6 +276,7 @@ class Scheduler(Generic[S]):
     def _schedule_running(self, out: SchedulerOutput[S], budget: int) -> int:
         running = self.running
         kv = self.kv
+        bs = kv.block_size
         i = 0
         # Once per running sequence per step: keep the body to attribute reads and one call.
         while i < len(running) and budget > 0:
@@ -284,12 +285,15 @@ class Scheduler(Generic[S]):
             assert n > 0, "a running sequence always has a token to compute"
             if n > budget:
                 n = budget
-            while not kv.allocate_slots(seq, n):
-                victim = running.pop()
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is seq:
-                    return budget
+            # allocate_slots' own first test, so that a step that fits in the blocks held (a
+            # decode, most steps) costs no call.
+            if -(-(seq.num_computed_tokens + n) // bs) > len(seq.blocks):
+                while not kv.allocate_slots(seq, n):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    out.preempted.append(victim)
+                    if victim is seq:
+                        return budget
             self._take(out, seq, n)
             budget -= n
             i += 1
@@ -357,9 +361,9 @@ class Scheduler(Generic[S]):
         seq.num_computed_tokens = computed
         out.num_context_tokens += computed
         out.scheduled.append(seq)
-        if seq.hashable:
-            # The KV this step writes is cached as it is scheduled (at most one new block per
-            # decode step, so this is a no-op on most calls).
+        if seq.hashable and computed // self.kv.block_size > seq.num_cached_blocks:
+            # The KV this step writes is cached as it is scheduled: only when it fills a block
+            # (cache_blocks' own first test, here so that most decode steps cost no call).
             self.kv.cache_blocks(seq, computed)
 
     def _preempt(self, seq: S) -> None:
@@ -410,27 +414,41 @@ class Scheduler(Generic[S]):
         released = result.released
         finished = result.finished
         gaps = self.itl_gaps
+        # Gaps are counted per run of equal ones (a decode step's sequences mostly share theirs):
+        # a key enters the dict at its first occurrence all the same, so its order is kept.
+        gap_run = 0.0
+        gap_count = 0
         # Once per scheduled sequence per step; the only allocation per token is the time stamp.
         for seq in out.scheduled:
             if seq.status is not _RUNNING:
                 continue  # aborted while the step ran
-            if seq.num_computed_tokens < seq.num_prompt_tokens + seq.num_output_tokens:
+            outputs = seq.num_output_tokens
+            if seq.num_computed_tokens < seq.num_prompt_tokens + outputs:
                 continue  # a prefill chunk that did not reach the end
-            if seq.num_output_tokens < seq.max_output_tokens:
-                seq.num_output_tokens += 1
+            if outputs < seq.max_output_tokens:
+                outputs += 1
+                seq.num_output_tokens = outputs
                 times = seq.token_times
                 if gaps is not None and times:
                     gap = now - times[-1]
-                    gaps[gap] = gaps.get(gap, 0) + 1
+                    if gap != gap_run or not gap_count:
+                        if gap_count:
+                            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
+                        gap_run = gap
+                        gap_count = 0
+                    gap_count += 1
                 times.append(now)
                 if seq.first_token_time is None:
                     seq.first_token_time = now
                 released.append(seq)
-            if seq.num_output_tokens >= seq.max_output_tokens:
+            if outputs >= seq.max_output_tokens:
                 self.kv.free(seq)
                 seq.status = _FINISHED
                 seq.finished_time = now
                 finished.append(seq)
+        if gap_count:
+            assert gaps is not None
+            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
         if finished:
             # One pass instead of list.remove per finished sequence.
             self.running = [s for s in self.running if s.status is _RUNNING]
