@@ -234,3 +234,22 @@ def test_hits_on_free_blocks_do_not_grow_the_free_queue_without_bound() -> None:
         kv.audit([])
         # Private, on purpose: the entries the list really holds past its head.
         assert len(kv._queue) - kv._head <= 3 * kv.num_usable_blocks
+
+
+def test_a_lookup_stops_at_the_shareable_blocks_until_the_sequence_is_preempted() -> None:
+    # Blocks of 4 tokens. A computes and caches 3 blocks under identities x, y, z. B's text has the
+    # same identities but is declared its own from block 1 on (num_shareable_blocks = 1): the rule
+    # says nobody else holds them, so before B is preempted its lookup reads block 0 only (1 hit,
+    # though y is mapped); once preempted (its own blocks are then mapped), it reads them all:
+    # 3 hits, the most a 13-token prompt may take (at most num_tokens - 1 = 12 tokens).
+    kv = KVCache(16, 4, enable_caching=True)
+    a = seq("a", 12, 1)
+    a.block_hashes, a.hashable = [b"x", b"y", b"z"], True
+    assert kv.allocate_slots(a, 12)
+    a.num_computed_tokens = 12
+    kv.cache_blocks(a, 12)
+    b = seq("b", 13, 1)
+    b.block_hashes, b.hashable, b.num_shareable_blocks = [b"x", b"y", b"z"], True, 1
+    assert kv.find_cached_prefix(b) == a.blocks[:1]
+    b.num_preemptions = 1
+    assert kv.find_cached_prefix(b) == a.blocks[:3]

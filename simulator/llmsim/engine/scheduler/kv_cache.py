@@ -176,7 +176,14 @@ class KVCache:
         if not self.enable_caching or not seq.hashable:
             return []
         bs = self.block_size
-        max_blocks = (seq.num_tokens - 1) // bs
+        max_blocks = (seq.num_prompt_tokens + seq.num_output_tokens - 1) // bs
+        shareable = seq.num_shareable_blocks
+        if shareable is not None and shareable < max_blocks and not seq.num_preemptions:
+            # Blocks past its shareable ones are mapped only when it is preempted (see
+            # cache_blocks): until then no lookup can find them.
+            max_blocks = shareable
+        if not max_blocks:
+            return []
         hashes = seq.ensure_block_hashes(max_blocks * bs, bs)
         cached = self._cached
         hits: list[int] = []
@@ -194,9 +201,12 @@ class KVCache:
         ``ceil(num_tokens / block_size) - len(hits)`` new blocks, plus every hit block that is
         free now (a touched block leaves the free queue).
         """
+        needed = -(-(seq.num_prompt_tokens + seq.num_output_tokens) // self.block_size)
+        if not hits:
+            return needed
         ref = self._ref
         evictable = sum(1 for b in hits if ref[b] == 0)
-        return self.blocks_for(seq.num_tokens) - len(hits) + evictable
+        return needed - len(hits) + evictable
 
     # -- allocation -------------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from llmsim.types import EngineSnapshot, StepStats
 
 S = TypeVar("S", bound=Sequence)
 
+_WAITING = SequenceStatus.WAITING
 _PREEMPTED = SequenceStatus.PREEMPTED
 _RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
@@ -175,7 +176,7 @@ class Scheduler(Generic[S]):
     def add_request(self, seq: S) -> None:
         """Queue a new sequence behind the waiting ones (raises ValueError if its prompt cannot fit)."""
         seq.limit_to_context(self.params.context_length)
-        seq.status = SequenceStatus.WAITING
+        seq.status = _WAITING
         self.waiting.append(seq)
 
     def add_requests(self, seqs: list[S], now: float) -> bool:
@@ -353,7 +354,8 @@ class Scheduler(Generic[S]):
         # Decode: everything but the latest released token is computed; that token is the one.
         # (A resumed sequence whose recompute ends with a 1-token chunk counts as a decode too:
         # the GPU does the same work.)
-        if seq.num_output_tokens and computed + 1 == seq.num_tokens:
+        outputs = seq.num_output_tokens
+        if outputs and computed + 1 == seq.num_prompt_tokens + outputs:
             out.num_decode_tokens += 1
         else:
             out.num_prefill_tokens += n
