@@ -60,7 +60,10 @@ def test_a_one_segment_prompt_numbers_its_blocks_from_its_key() -> None:
     # blake2b digest shifted right by 2, plus i; 40 tokens of 16-token blocks are 2 whole blocks.
     base = int.from_bytes(hashlib.blake2b(b"request:7", digest_size=8).digest(), "big") >> 2
     hasher = BlockHasher(16)
-    assert list(hasher.of((Segment("request:7", 40),))) == [base, base + 1]
+    blocks = hasher.of((Segment("request:7", 40),))
+    assert len(blocks) == 2
+    assert list(blocks) == [base, base + 1]
+    assert (blocks[1], list(blocks[1:])) == (base + 1, [base + 1])
     # The same blocks when the segment is followed by others (the memoized chain's path).
     assert hasher.of((Segment("request:7", 40), Segment("user:1", 0)))[:2] == [base, base + 1]
     assert list(hasher.of((Segment("request:7", 15),))) == []
