@@ -131,6 +131,7 @@ class DecodeRun(Generic[S]):
         "_lora_steps",
         "_next_finish",
         "_o0",
+        "_only_allocating",
         "_plan",
         "_stores",
         "batch",
@@ -176,6 +177,7 @@ class DecodeRun(Generic[S]):
         self._stores: list[list[int]] = []
         self._acting: list[bool] = []
         self._alloc_seqs: list[list[S]] = []
+        self._only_allocating: list[list[S]] = []
         self.num_steps = 0
         self.num_starts = 0
         self.num_ends = 0
@@ -269,6 +271,7 @@ class DecodeRun(Generic[S]):
         self._stores = stores
         self._acting = [bool(a or x) for a, x in zip(allocs, stores, strict=True)]
         self._alloc_seqs = [[seqs[p] for p in a] for a in allocs]
+        self._only_allocating = [[] if x else a for a, x in zip(self._alloc_seqs, stores, strict=True)]
         self._finish_steps = sorted(finishing)
         if sched.params.lora is not None:
             self._lora_steps.add(0)
@@ -451,8 +454,11 @@ class DecodeRun(Generic[S]):
         ends = self.ends
         batch = self.batch
         bs = kv.block_size
-        # Per residue of the step index: whether a start in such a step allocates or caches.
+        # Per residue of the step index: whether a start in such a step allocates or caches, and
+        # the sequences that only allocate (no cache store) in it, all of them until the first finish.
         acting = self._acting
+        only_allocating = self._only_allocating
+        first_finish = self._finish_steps[0]
         lora_steps = self._lora_steps
         first = started = self.num_starts
         ended = self.num_ends
@@ -465,10 +471,18 @@ class DecodeRun(Generic[S]):
                 if j >= num_starts:
                     break
                 started = j + 1
-                if acting[j % bs] or j in lora_steps:
+                r = j % bs
+                if acting[r] or j in lora_steps:
                     self.num_starts = started
+                    allocating = only_allocating[r]
+                    if allocating and j <= first_finish and not lora_steps:
+                        # _start's common case, without the call: a few blocks popped in one slice.
+                        allocated = kv.append_blocks(allocating)
+                        assert allocated, "a run never allocates more than the free blocks"
+                        if kv.num_used > self.peak_used:
+                            self.peak_used = kv.num_used
                     # Blocks in use only grow at a start that allocates.
-                    if self._start(j) and kv.num_used > self.peak_used:
+                    elif self._start(j) and kv.num_used > self.peak_used:
                         self.peak_used = kv.num_used
             else:
                 j = ended
