@@ -363,9 +363,15 @@ class Scheduler(Generic[S]):
         seq.num_computed_tokens = computed
         out.num_context_tokens += computed
         out.scheduled.append(seq)
-        if seq.hashable and computed // self.kv.block_size > seq.num_cached_blocks:
+        cached = seq.num_cached_blocks
+        if (
+            seq.hashable
+            and computed // self.kv.block_size > cached
+            and (seq.prompt_token_ids is not None or len(seq.block_hashes) > cached)
+        ):
             # The KV this step writes is cached as it is scheduled: only when it fills a block
-            # (cache_blocks' own first test, here so that most decode steps cost no call).
+            # whose identity is known (cache_blocks' own first tests, here so that most decode
+            # steps cost no call; without token ids, the identities given are all there is).
             self.kv.cache_blocks(seq, computed)
 
     def _preempt(self, seq: S) -> None:
