@@ -243,7 +243,8 @@ class FleetSimulation:
         self.replica_of[i] = replica.index
         version = replica.version
         ready = replica.route(seq, now, self._passed(replica))
-        self._changed(replica, version)
+        if replica.version != version:
+            self._changed(replica, version)
         if ready > now:
             heapq.heappush(self.wakeups, (ready, replica.index))
         else:
@@ -276,7 +277,8 @@ class FleetSimulation:
             i = int(seq.request_id)
             self._record(i, seq)
             self.in_flight -= 1
-            self._release_followers(i, now)
+            if self.followers:
+                self._release_followers(i, now)
             if self.blocked and (self.limit is None or self.in_flight < self.limit):
                 self._send(self.blocked.popleft(), now)
         ended.clear()

@@ -278,24 +278,42 @@ class Scheduler(Generic[S]):
         running = self.running
         kv = self.kv
         bs = kv.block_size
+        scheduled = out.scheduled
         i = 0
-        # Once per running sequence per step: keep the body to attribute reads and one call.
+        # Once per running sequence per step: a decode (most of them) is taken here, _take's
+        # decode case inlined (NOTE: keep the two in step); anything else goes through _take.
         while i < len(running) and budget > 0:
             seq = running[i]
-            n = seq.num_prompt_tokens + seq.num_output_tokens - seq.num_computed_tokens
-            assert n > 0, "a running sequence always has a token to compute"
-            if n > budget:
-                n = budget
+            computed = seq.num_computed_tokens
+            outputs = seq.num_output_tokens
+            need = seq.num_prompt_tokens + outputs - computed
+            assert need > 0, "a running sequence always has a token to compute"
+            n = need if need <= budget else budget
             # allocate_slots' own first test, so that a step that fits in the blocks held (a
             # decode, most steps) costs no call.
-            if -(-(seq.num_computed_tokens + n) // bs) > len(seq.blocks):
+            if -(-(computed + n) // bs) > len(seq.blocks):
                 while not kv.allocate_slots(seq, n):
                     victim = running.pop()
                     self._preempt(victim)
                     out.preempted.append(victim)
                     if victim is seq:
                         return budget
-            self._take(out, seq, n)
+            if need == 1 and outputs:
+                # Decode: everything but the latest released token is computed (see _take).
+                computed += 1
+                seq.num_computed_tokens = computed
+                out.num_decode_tokens += 1
+                out.num_context_tokens += computed
+                scheduled.append(seq)
+                cached = seq.num_cached_blocks
+                if (
+                    seq.hashable
+                    and computed // bs > cached
+                    and (seq.prompt_token_ids is not None or len(seq.block_hashes) > cached)
+                ):
+                    kv.cache_blocks(seq, computed)
+            else:
+                self._take(out, seq, n)
             budget -= n
             i += 1
         return budget
