@@ -218,15 +218,15 @@ class Replica:
         """
         hashes: Seq[BlockHash] = ()
         hasher = self._hasher
-        if hasher is not None and request.prompt_tokens > 0:
-            segments = request.prompt.segments
+        prompt = request.prompt
+        prompt_tokens = prompt.num_tokens
+        if hasher is not None and prompt_tokens > 0:
+            segments = prompt.segments
             if request.answer is not None:
                 segments = (*segments, request.answer)
             # Not copied: a sequence without token ids never changes its identities.
             hashes = hasher.of(segments)
-        seq = Sequence(
-            RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens, block_hashes=hashes
-        )
+        seq = Sequence(RequestId(str(index)), arrival, prompt_tokens, request.output_tokens, block_hashes=hashes)
         if own_from is not None and hashes:
             seq.num_shareable_blocks = own_from // self.block_size
         return seq
