@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,4 +52,18 @@ def test_a_memoized_prefix_gives_the_same_identities_as_a_fresh_hasher() -> None
     warm.of((*turn1, Segment("answer:0", 9)))
     assert warm.of(turn2) == BlockHasher(16).of(turn2)
     # A shorter stretch of a key is a prefix of a longer one: 32 of the system prompt's 37 tokens.
-    assert BlockHasher(16).of((Segment("system:0", 32),)) == warm.of(turn1)[:2]
+    assert list(BlockHasher(16).of((Segment("system:0", 32),))) == warm.of(turn1)[:2]
+
+
+def test_a_one_segment_prompt_numbers_its_blocks_from_its_key() -> None:
+    # The documented rule, worked by hand: block i of a prompt's first segment is its key's 64-bit
+    # blake2b digest shifted right by 2, plus i; 40 tokens of 16-token blocks are 2 whole blocks.
+    base = int.from_bytes(hashlib.blake2b(b"request:7", digest_size=8).digest(), "big") >> 2
+    hasher = BlockHasher(16)
+    blocks = hasher.of((Segment("request:7", 40),))
+    assert len(blocks) == 2
+    assert list(blocks) == [base, base + 1]
+    assert (blocks[1], list(blocks[1:])) == (base + 1, [base + 1])
+    # The same blocks when the segment is followed by others (the memoized chain's path).
+    assert hasher.of((Segment("request:7", 40), Segment("user:1", 0)))[:2] == [base, base + 1]
+    assert list(hasher.of((Segment("request:7", 15),))) == []

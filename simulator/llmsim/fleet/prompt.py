@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from llmsim.engine.scheduler.block_hash import BlockHash
 
@@ -160,17 +161,24 @@ class BlockHasher:
         # Segments -> (block identities, pieces of the partial block, its length, last identity).
         self._memo: dict[tuple[Segment, ...], _Chain] = {}
         # The last prompt asked for: a router asks once per replica for the same prompt.
-        self._last: tuple[tuple[Segment, ...], list[BlockHash]] | None = None
+        self._last: tuple[tuple[Segment, ...], Sequence[BlockHash]] | None = None
 
-    def of(self, segments: tuple[Segment, ...]) -> list[BlockHash]:
+    def of(self, segments: tuple[Segment, ...]) -> Sequence[BlockHash]:
         """Identities of the full blocks of ``segments`` (a prompt's, or a prompt's plus its answer's).
 
-        The list is shared with the memo: copy it before changing it.
+        Not to be changed: a list shared with the memo, or a one-segment prompt's NumberedBlocks.
         """
+        if len(segments) == 1:
+            only = segments[0]
+            if only.ids is None:
+                # All of it is the first segment: its numbered blocks, what _chain would list (a
+                # prompt known only by its length, most of them): no memo lookup, which would hash
+                # the segment, no list of integers, and no code until an identity is read.
+                return NumberedBlocks(self, only.key, only.length // self.block_size)
         last = self._last
         if last is not None and last[0] is segments:
             return last[1]
-        hashes = self._chain(segments)[0]
+        hashes: Sequence[BlockHash] = self._chain(segments)[0]
         self._last = (segments, hashes)
         return hashes
 
@@ -260,3 +268,46 @@ class BlockHasher:
                 self._codes.clear()
             code = self._codes[key] = _code(key)
         return code
+
+
+class NumberedBlocks(Sequence[int]):
+    """The identities of the first ``count`` blocks of a prompt's first segment, ``code / 4 + i``,
+    with the segment key's code computed when one is first read.
+
+    A request whose whole text is its own (``FleetWorkload.own_text_starts`` is 0) has its
+    identities read only if it is preempted (the pool maps its blocks then, and its next lookup
+    reads them) or a prefix-aware router asks about it; most never are, and skip the digest.
+    """
+
+    __slots__ = ("_count", "_hasher", "_key", "_numbers")
+
+    def __init__(self, hasher: BlockHasher, key: str, count: int) -> None:
+        self._hasher = hasher
+        self._key = key
+        self._count = count
+        self._numbers: range | None = None
+
+    def _range(self) -> range:
+        numbers = self._numbers
+        if numbers is None:
+            base = self._hasher._code(self._key) >> _CODE_SHIFT
+            numbers = self._numbers = range(base, base + self._count)
+        return numbers
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        return self._range()[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._range())
+
+    def __repr__(self) -> str:
+        return f"NumberedBlocks({self._key!r}, {self._count})"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence as Seq
 
 from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.decode_run import DecodeRun
@@ -215,16 +216,17 @@ class Replica:
         ``own_from`` is the token where its own text begins (``FleetWorkload.own_text_starts``):
         blocks from there on no other request can hit.
         """
-        hashes: list[BlockHash] = []
+        hashes: Seq[BlockHash] = ()
         hasher = self._hasher
-        if hasher is not None and request.prompt_tokens > 0:
-            segments = request.prompt.segments
+        prompt = request.prompt
+        prompt_tokens = prompt.num_tokens
+        if hasher is not None and prompt_tokens > 0:
+            segments = prompt.segments
             if request.answer is not None:
                 segments = (*segments, request.answer)
-            hashes = list(hasher.of(segments))
-        seq = Sequence(
-            RequestId(str(index)), arrival, request.prompt_tokens, request.output_tokens, block_hashes=hashes
-        )
+            # Not copied: a sequence without token ids never changes its identities.
+            hashes = hasher.of(segments)
+        seq = Sequence(RequestId(str(index)), arrival, prompt_tokens, request.output_tokens, block_hashes=hashes)
         if own_from is not None and hashes:
             seq.num_shareable_blocks = own_from // self.block_size
         return seq

@@ -86,12 +86,13 @@ class FleetWorkload:
         """
         # Occurrences, not requests: a key twice in one request's text counts as shared, which
         # only keeps blocks mapped that need not be (one C-level count over the workload).
-        holders = Counter(s.key for r in self.requests for s in _text(r) if s.ids is None)
+        texts = [_text(r) for r in self.requests]
+        holders = Counter(s.key for text in texts for s in text if s.ids is None)
         starts: list[int | None] = []
-        for r in self.requests:
+        for text in texts:
             start: int | None = None
             offset = 0
-            for segment in _text(r):
+            for segment in text:
                 if segment.ids is None and segment.length and holders[segment.key] == 1:
                     start = offset
                     break

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsim.engine.scheduler import KVCache, kv_cache
+from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.sequence import Sequence
 
 from .builders import seq
@@ -102,7 +103,8 @@ class _ReferencePool:
     def __init__(self, num_blocks: int) -> None:
         self.queue = list(range(1, num_blocks))
         self.ref = [0] * num_blocks
-        self.hashed: set[int] = set()
+        # Cached blocks and their identities, all mapped at once.
+        self.hashed: dict[int, BlockHash] = {}
 
     def take(self, hits: list[int]) -> None:
         for b in hits:
@@ -113,7 +115,7 @@ class _ReferencePool:
     def pop(self, count: int) -> list[int]:
         taken, self.queue = self.queue[:count], self.queue[count:]
         for b in taken:
-            self.hashed.discard(b)  # evicted on reuse
+            self.hashed.pop(b, None)  # evicted on reuse
             self.ref[b] = 1
         return taken
 
@@ -144,19 +146,43 @@ def test_the_free_queue_keeps_vllms_order_through_hits_allocations_and_frees(dat
 
 
 def _play(data: st.DataObject, kv: KVCache, model: _ReferencePool, bs: int) -> None:
-    # Prompts drawn from a few shared chains, so hits (on free and on held blocks) happen.
+    # Prompts drawn from a few shared chains, so hits (on free and on held blocks) happen. A
+    # request may end in text of its own (identities no other request holds, after its first
+    # ``shareable`` blocks): the pool keeps those blocks out of its map until it is preempted,
+    # which must change no order (the model maps every cached block at once).
     chains = [[bytes([c, i]) for i in range(8)] for c in range(3)]
     holders: list[Sequence] = []
+    preempted: list[Sequence] = []
     for step in range(data.draw(st.integers(1, 40), label="operations")):
-        op = data.draw(st.sampled_from(["admit", "grow", "free"]))
+        op = data.draw(st.sampled_from(["admit", "grow", "free", "preempt"]))
         if op == "admit":
-            chain = data.draw(st.sampled_from(chains))
-            tokens = data.draw(st.integers(1, 8 * bs))
-            s = seq(f"r{step}", tokens, 4)
-            s.block_hashes = list(chain[: tokens // bs])
-            s.hashable = True
+            resume: bool = data.draw(st.booleans(), label="resume") if preempted else False
+            if resume:
+                s = preempted.pop(0)
+            else:
+                chain = data.draw(st.sampled_from(chains))
+                tokens = data.draw(st.integers(1, 8 * bs))
+                s = seq(f"r{step}", tokens, 4)
+                shareable = data.draw(st.none() | st.integers(0, tokens // bs), label="shareable")
+                if shareable is None:
+                    s.block_hashes = list(chain[: tokens // bs])
+                else:
+                    own = [bytes([9, step, i]) for i in range(8)]
+                    s.block_hashes = (chain[:shareable] + own)[: tokens // bs]
+                s.num_shareable_blocks = shareable
+                s.hashable = True
             hits = kv.find_cached_prefix(s)
+            # The longest cached prefix, as the model's eager map has it (own blocks included).
+            known = set(model.hashed.values())
+            expected = 0
+            for h in s.block_hashes[: (s.num_tokens - 1) // bs]:
+                if h not in known:
+                    break
+                expected += 1
+            assert len(hits) == expected
             if kv.num_blocks_to_admit(s, hits) > kv.num_free:
+                if s.num_preemptions:
+                    preempted.insert(0, s)
                 continue
             kv.take_cached(s, hits)
             model.take(hits)
@@ -165,7 +191,7 @@ def _play(data: st.DataObject, kv: KVCache, model: _ReferencePool, bs: int) -> N
             assert s.blocks[before:] == model.pop(len(s.blocks) - before)
             s.num_computed_tokens = s.num_tokens
             kv.cache_blocks(s, s.num_tokens)
-            model.hashed.update(s.blocks[: s.num_cached_blocks])
+            model.hashed.update(zip(s.blocks[: s.num_cached_blocks], s.block_hashes, strict=False))
             holders.append(s)
         elif op == "grow" and holders:
             s = data.draw(st.sampled_from(holders))
@@ -173,10 +199,15 @@ def _play(data: st.DataObject, kv: KVCache, model: _ReferencePool, bs: int) -> N
                 assert [s.blocks[-1]] == model.pop(1)
             else:
                 assert not model.queue
-        elif op == "free" and holders:
+        elif op in ("free", "preempt") and holders:
             s = holders.pop(data.draw(st.integers(0, len(holders) - 1)))
             model.free(s.blocks)
-            kv.free(s)
+            kv.free(s, preempted=op == "preempt")
+            if op == "preempt":
+                # As the scheduler's _preempt: it will be admitted again, and hit its own blocks.
+                s.num_computed_tokens = 0
+                s.num_preemptions += 1
+                preempted.append(s)
         assert kv.free_queue() == model.queue
         assert kv.num_free == len(model.queue)
         kv.check()
@@ -203,3 +234,22 @@ def test_hits_on_free_blocks_do_not_grow_the_free_queue_without_bound() -> None:
         kv.audit([])
         # Private, on purpose: the entries the list really holds past its head.
         assert len(kv._queue) - kv._head <= 3 * kv.num_usable_blocks
+
+
+def test_a_lookup_stops_at_the_shareable_blocks_until_the_sequence_is_preempted() -> None:
+    # Blocks of 4 tokens. A computes and caches 3 blocks under identities x, y, z. B's text has the
+    # same identities but is declared its own from block 1 on (num_shareable_blocks = 1): the rule
+    # says nobody else holds them, so before B is preempted its lookup reads block 0 only (1 hit,
+    # though y is mapped); once preempted (its own blocks are then mapped), it reads them all:
+    # 3 hits, the most a 13-token prompt may take (at most num_tokens - 1 = 12 tokens).
+    kv = KVCache(16, 4, enable_caching=True)
+    a = seq("a", 12, 1)
+    a.block_hashes, a.hashable = [b"x", b"y", b"z"], True
+    assert kv.allocate_slots(a, 12)
+    a.num_computed_tokens = 12
+    kv.cache_blocks(a, 12)
+    b = seq("b", 13, 1)
+    b.block_hashes, b.hashable, b.num_shareable_blocks = [b"x", b"y", b"z"], True, 1
+    assert kv.find_cached_prefix(b) == a.blocks[:1]
+    b.num_preemptions = 1
+    assert kv.find_cached_prefix(b) == a.blocks[:3]

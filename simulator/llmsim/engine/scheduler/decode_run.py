@@ -119,6 +119,8 @@ class DecodeRun(Generic[S]):
     """
 
     __slots__ = (
+        "_acting",
+        "_alloc_seqs",
         "_allocs",
         "_c0",
         "_finish_steps",
@@ -129,6 +131,7 @@ class DecodeRun(Generic[S]):
         "_lora_steps",
         "_next_finish",
         "_o0",
+        "_only_allocating",
         "_plan",
         "_stores",
         "batch",
@@ -172,6 +175,9 @@ class DecodeRun(Generic[S]):
         # By step mod block_size: positions that allocate a block, or may cache one, in such a step.
         self._allocs: list[list[int]] = []
         self._stores: list[list[int]] = []
+        self._acting: list[bool] = []
+        self._alloc_seqs: list[list[S]] = []
+        self._only_allocating: list[list[S]] = []
         self.num_steps = 0
         self.num_starts = 0
         self.num_ends = 0
@@ -263,6 +269,9 @@ class DecodeRun(Generic[S]):
         self._known = known
         self._allocs = allocs
         self._stores = stores
+        self._acting = [bool(a or x) for a, x in zip(allocs, stores, strict=True)]
+        self._alloc_seqs = [[seqs[p] for p in a] for a in allocs]
+        self._only_allocating = [[] if x else a for a, x in zip(self._alloc_seqs, stores, strict=True)]
         self._finish_steps = sorted(finishing)
         if sched.params.lora is not None:
             self._lora_steps.add(0)
@@ -324,6 +333,14 @@ class DecodeRun(Generic[S]):
         j = self.num_steps
         stop = min(plan.horizon, j + count)
         over = False
+        # The same products as below, made again only when the batch shrinks.
+        compute = seconds_per_token * batch
+        per_sequence = overhead_per_sequence * batch
+        add_start = starts.append
+        add_end = ends.append
+        add_duration = durations.append
+        add_size = sizes.append
+        add_context = contexts.append
         # Once per step of the run: a handful of integer and float operations.
         while j < stop:
             # The scheduler is busy at every step of a run (someone is still running).
@@ -338,19 +355,18 @@ class DecodeRun(Generic[S]):
                 over = True
                 break
             context = computed + batch * (j + 1)
-            compute = seconds_per_token * batch
             memory = weight_seconds + kv_seconds_per_token * context
-            duration = (compute if compute > memory else memory) + overhead + overhead_per_sequence * batch
+            duration = (compute if compute > memory else memory) + overhead + per_sequence
             end = t + duration
             if end > next_abort:
                 over = True
                 break
             allocated += allocs_at[r]
-            starts.append(t)
-            ends.append(end)
-            durations.append(duration)
-            sizes.append(batch)
-            contexts.append(context)
+            add_start(t)
+            add_end(end)
+            add_duration(duration)
+            add_size(batch)
+            add_context(context)
             done = finishing.get(j)
             if done is not None:
                 for p in done:
@@ -359,6 +375,8 @@ class DecodeRun(Generic[S]):
                     allocs_at[-c0[p] % bs] -= 1
                     if known[p] > c0[p]:
                         stores_at[(-c0[p] - 1) % bs] -= 1
+                compute = seconds_per_token * batch
+                per_sequence = overhead_per_sequence * batch
                 if self._lora_steps and any(seqs[p].lora_name is not None for p in done):
                     self._lora_steps.add(j + 1)
             previous = t
@@ -435,20 +453,39 @@ class DecodeRun(Generic[S]):
         gaps = self.sched.itl_gaps
         ends = self.ends
         batch = self.batch
-        first = self.num_starts
+        bs = kv.block_size
+        # Per residue of the step index: whether a start in such a step allocates or caches, and
+        # the sequences that only allocate (no cache store) in it, all of them until the first finish.
+        acting = self._acting
+        only_allocating = self._only_allocating
+        first_finish = self._finish_steps[0]
+        lora_steps = self._lora_steps
+        first = started = self.num_starts
+        ended = self.num_ends
         # Once per step of the run: a start (allocations every block_size steps per sequence)
-        # and an end (nothing, unless someone finishes).
+        # and an end (nothing, unless someone finishes). The counters are kept in locals and
+        # stored before anything that may read them (a start that acts, a finish, the hook).
         while True:
-            if self.num_starts == self.num_ends:
-                j = self.num_starts
+            if started == ended:
+                j = started
                 if j >= num_starts:
                     break
-                self.num_starts = j + 1
-                # Blocks in use only grow at a start that allocates.
-                if self._start(j) and kv.num_used > self.peak_used:
-                    self.peak_used = kv.num_used
+                started = j + 1
+                r = j % bs
+                if acting[r] or j in lora_steps:
+                    self.num_starts = started
+                    allocating = only_allocating[r]
+                    if allocating and j <= first_finish and not lora_steps:
+                        # _start's common case, without the call: a few blocks popped in one slice.
+                        allocated = kv.append_blocks(allocating)
+                        assert allocated, "a run never allocates more than the free blocks"
+                        if kv.num_used > self.peak_used:
+                            self.peak_used = kv.num_used
+                    # Blocks in use only grow at a start that allocates.
+                    elif self._start(j) and kv.num_used > self.peak_used:
+                        self.peak_used = kv.num_used
             else:
-                j = self.num_ends
+                j = ended
                 if j >= num_ends:
                     break
                 if gaps is not None:
@@ -458,12 +495,17 @@ class DecodeRun(Generic[S]):
                         gaps[gap] = gaps.get(gap, 0) + batch[j]
                     else:
                         self._count_gaps(gaps)
+                ended = j + 1
                 if j in finishing:
+                    self.num_starts = started
                     self._end(j)
-                self.num_ends = j + 1
                 if on_end is not None:
+                    self.num_starts = started
+                    self.num_ends = ended
                     on_end(j)
-        self.sched.num_steps += self.num_starts - first
+        self.num_starts = started
+        self.num_ends = ended
+        self.sched.num_steps += started - first
 
     def _count_gaps(self, gaps: dict[float, int]) -> None:
         """The inter-token gaps of step 0's releases (before a finish extends any token times):
@@ -500,8 +542,13 @@ class DecodeRun(Generic[S]):
         last = self._last
         if not stores:
             # Each sequence once every block_size steps: a few per step, popped in one slice.
-            # (Their computed tokens are brought up to date when the run ends or stops.)
-            allocated = kv.append_blocks([seqs[p] for p in allocs if last[p] >= j])
+            # (Their computed tokens are brought up to date when the run ends or stops.) Before
+            # the first finish all of them are still in the batch.
+            if j <= self._finish_steps[0]:
+                allocating_seqs = self._alloc_seqs[r]
+            else:
+                allocating_seqs = [seqs[p] for p in allocs if last[p] >= j]
+            allocated = kv.append_blocks(allocating_seqs)
             assert allocated, "a run never allocates more than the free blocks"
             return True
         # Allocations and cache stores interleaved in batch order, as _schedule_running makes them.

@@ -28,8 +28,15 @@ vLLM's rules, read from ``vllm/v1/core/block_pool.py`` and ``kv_cache_manager.py
 - Identical blocks computed by two requests at once are both cached under one hash (vLLM does
   not de-duplicate, so block tables stay append-only); each is announced and evicted on its own.
 
-Invariants (checked every step, O(1)): ``free + held == N - 1``; a block is free iff its
-reference count is 0. :meth:`KVCache.audit` checks everything, for tests.
+Invariants (checked every step, O(1)): ``free + held == N - 1``. :meth:`KVCache.audit` checks
+everything, for tests.
+
+Reference counts are kept for the blocks in the prefix cache's map only (a mapped block is free
+iff its count is 0); an unmapped block's count stays 0. Only a lookup can give a block a second
+holder, and a lookup finds mapped blocks only, so an unmapped held block has exactly one holder,
+the sequence whose ``blocks`` list it is in: freeing it needs no count, and allocating one needs
+no store. Most blocks are never mapped (caching off; partial blocks; a fleet request's own
+text, below), so a request's blocks are allocated and freed as slices, without a Python loop.
 
 The free queue is vLLM's order in a cheaper shape (vLLM keeps a doubly linked list of blocks,
 one Python object per block): a list read from a head index, so a request's blocks are popped as
@@ -106,7 +113,8 @@ class KVCache:
         self.num_usable_blocks = num_blocks - 1
         self.block_size = block_size
         self.enable_caching = enable_caching
-        # Reference count per block: how many sequences hold it (the null block: always 1).
+        # Reference count per mapped block: how many sequences hold it (0 for unmapped blocks,
+        # which have one holder or none; the null block: always 1).
         self._ref = [0] * num_blocks
         self._ref[NULL_BLOCK] = 1
         # Hash of a block that is (or was, until evicted) a cached full block.
@@ -168,7 +176,14 @@ class KVCache:
         if not self.enable_caching or not seq.hashable:
             return []
         bs = self.block_size
-        max_blocks = (seq.num_tokens - 1) // bs
+        max_blocks = (seq.num_prompt_tokens + seq.num_output_tokens - 1) // bs
+        shareable = seq.num_shareable_blocks
+        if shareable is not None and shareable < max_blocks and not seq.num_preemptions:
+            # Blocks past its shareable ones are mapped only when it is preempted (see
+            # cache_blocks): until then no lookup can find them.
+            max_blocks = shareable
+        if not max_blocks:
+            return []
         hashes = seq.ensure_block_hashes(max_blocks * bs, bs)
         cached = self._cached
         hits: list[int] = []
@@ -186,9 +201,12 @@ class KVCache:
         ``ceil(num_tokens / block_size) - len(hits)`` new blocks, plus every hit block that is
         free now (a touched block leaves the free queue).
         """
+        needed = -(-(seq.num_prompt_tokens + seq.num_output_tokens) // self.block_size)
+        if not hits:
+            return needed
         ref = self._ref
         evictable = sum(1 for b in hits if ref[b] == 0)
-        return self.blocks_for(seq.num_tokens) - len(hits) + evictable
+        return needed - len(hits) + evictable
 
     # -- allocation -------------------------------------------------------------------------
 
@@ -267,11 +285,13 @@ class KVCache:
             head = 0
         self._head = head
         self.num_used += count
-        ref = self._ref
-        block_hash = self._hash
         cached = self._cached
+        if not cached:
+            return new  # nothing is mapped, so nothing to evict (and new blocks take no count)
+        block_hash = self._hash
         events = self.events
-        # Once per block allocated: a cached block is evicted as it is reused (most are, with caching on).
+        # Once per block allocated while some block is mapped: a mapped block is evicted as it is
+        # reused (its count is 0: it was free).
         for block in new:
             h = block_hash[block]
             if h is not None:
@@ -283,7 +303,6 @@ class KVCache:
                     self._evict_duplicate(h, entry, block)
                 if events is not None:
                     events.append(BlockRemoved((_digest(h),)))
-            ref[block] = 1
         return new
 
     def _evict_duplicate(self, h: BlockHash, entry: int | list[int], block: int) -> None:
@@ -335,12 +354,15 @@ class KVCache:
                 )
             )
 
-    def _map(self, blocks: list[int], new: list[BlockHash]) -> None:
-        """Make ``blocks`` findable under their identities ``new`` (none of them mapped yet)."""
+    def _map(self, blocks: list[int], new: Seq[BlockHash]) -> None:
+        """Make ``blocks`` findable under their identities ``new`` (none of them mapped yet; each held
+        by one sequence, which now counts)."""
         block_hash = self._hash
+        ref = self._ref
         # Once per block filled: no per-block check here (audit() checks every block's hash).
         for block, h in zip(blocks, new, strict=True):
             block_hash[block] = h
+            ref[block] = 1
         cached = self._cached
         size = len(cached)
         # Hashes nobody has cached (nearly always): one C-level update. Identical blocks computed
@@ -370,23 +392,28 @@ class KVCache:
         A held block is in the prefix cache exactly when it is among the sequence's first
         ``num_cached_blocks`` (hit or stored by it; a block popped for it was evicted first), and
         only those can be shared: the others go back to the front of the queue, unhashed, at once.
+        Of the cached ones the mapped ones come first: its hits, then those it stored up to its
+        shareable ones (see :meth:`cache_blocks`); the rest have no count and no other holder.
         A ``preempted`` sequence will look its blocks up again: those past its shareable ones
-        are mapped now (see :meth:`cache_blocks`), the state eager mapping would have left.
+        are mapped now, the state eager mapping would have left.
         """
-        ref = self._ref
         blocks = seq.blocks
         n = seq.num_cached_blocks if self.enable_caching else 0
+        # Leading blocks that are mapped: all the cached ones, unless some are its own.
+        mapped = n
         shareable = seq.num_shareable_blocks
-        if preempted and shareable is not None and n > shareable:
+        if shareable is not None and n > shareable:
+            mapped = shareable
             block_hash = self._hash
-            # Those it hit after an earlier preemption are mapped already.
-            unmapped = [i for i in range(shareable, n) if block_hash[blocks[i]] is None]
-            self._map([blocks[i] for i in unmapped], [seq.block_hashes[i] for i in unmapped])
+            # Those it hit after an earlier preemption are mapped already (a prefix: hits are).
+            while mapped < n and block_hash[blocks[mapped]] is not None:
+                mapped += 1
+            if preempted and mapped < n:
+                self._map(blocks[mapped:n], seq.block_hashes[mapped:n])
+                mapped = n
         tail = blocks[n:]
         num_freed = len(tail)
         if tail:
-            for block in tail:
-                ref[block] = 0
             # Reused first, the sequence's last block at the very front. Every such block was
             # popped from the front, so the head has room for them (module notes).
             head = self._head - num_freed
@@ -396,13 +423,17 @@ class KVCache:
             self._queue[head : head + num_freed] = tail[::-1]
             self._head = head
         if n:
-            last: list[int] = []
-            for block in reversed(blocks[:n]):
-                count = ref[block] - 1
-                ref[block] = count
-                if not count:
-                    last.append(block)
-            # Evicted last, least recently freed first: a chain's tail before its prefix.
+            # Evicted last, least recently freed first: a chain's tail before its prefix. The
+            # unmapped ones (its own, freed first) are free now; a mapped one once nobody holds it.
+            last = blocks[mapped:n]
+            last.reverse()
+            if mapped:
+                ref = self._ref
+                for block in reversed(blocks[:mapped]):
+                    count = ref[block] - 1
+                    ref[block] = count
+                    if not count:
+                        last.append(block)
             self._queue += last
             num_freed += len(last)
         self.num_used -= num_freed
@@ -461,7 +492,9 @@ class KVCache:
                 raise AssertionError("the null block was handed out")
             for b in seq.blocks:
                 counts[b] += 1
-        if counts != self._ref:
+        # Counted: the mapped blocks (and the null block); an unmapped one has one holder at most.
+        expected = [c if b == NULL_BLOCK or self._hash[b] is not None else 0 for b, c in enumerate(counts)]
+        if expected != self._ref or any(self._hash[b] is None and c > 1 for b, c in enumerate(counts)):
             raise AssertionError("reference counts disagree with the holders")
         free = self.free_queue()
         if len(set(free)) != len(free) or NULL_BLOCK in free:

@@ -62,6 +62,7 @@ from llmsim.types import EngineSnapshot, StepStats
 
 S = TypeVar("S", bound=Sequence)
 
+_WAITING = SequenceStatus.WAITING
 _PREEMPTED = SequenceStatus.PREEMPTED
 _RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
@@ -175,7 +176,7 @@ class Scheduler(Generic[S]):
     def add_request(self, seq: S) -> None:
         """Queue a new sequence behind the waiting ones (raises ValueError if its prompt cannot fit)."""
         seq.limit_to_context(self.params.context_length)
-        seq.status = SequenceStatus.WAITING
+        seq.status = _WAITING
         self.waiting.append(seq)
 
     def add_requests(self, seqs: list[S], now: float) -> bool:
@@ -276,21 +277,43 @@ class Scheduler(Generic[S]):
     def _schedule_running(self, out: SchedulerOutput[S], budget: int) -> int:
         running = self.running
         kv = self.kv
+        bs = kv.block_size
+        scheduled = out.scheduled
         i = 0
-        # Once per running sequence per step: keep the body to attribute reads and one call.
+        # Once per running sequence per step: a decode (most of them) is taken here, _take's
+        # decode case inlined (NOTE: keep the two in step); anything else goes through _take.
         while i < len(running) and budget > 0:
             seq = running[i]
-            n = seq.num_prompt_tokens + seq.num_output_tokens - seq.num_computed_tokens
-            assert n > 0, "a running sequence always has a token to compute"
-            if n > budget:
-                n = budget
-            while not kv.allocate_slots(seq, n):
-                victim = running.pop()
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is seq:
-                    return budget
-            self._take(out, seq, n)
+            computed = seq.num_computed_tokens
+            outputs = seq.num_output_tokens
+            need = seq.num_prompt_tokens + outputs - computed
+            assert need > 0, "a running sequence always has a token to compute"
+            n = need if need <= budget else budget
+            # allocate_slots' own first test, so that a step that fits in the blocks held (a
+            # decode, most steps) costs no call.
+            if -(-(computed + n) // bs) > len(seq.blocks):
+                while not kv.allocate_slots(seq, n):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    out.preempted.append(victim)
+                    if victim is seq:
+                        return budget
+            if need == 1 and outputs:
+                # Decode: everything but the latest released token is computed (see _take).
+                computed += 1
+                seq.num_computed_tokens = computed
+                out.num_decode_tokens += 1
+                out.num_context_tokens += computed
+                scheduled.append(seq)
+                cached = seq.num_cached_blocks
+                if (
+                    seq.hashable
+                    and computed // bs > cached
+                    and (seq.prompt_token_ids is not None or len(seq.block_hashes) > cached)
+                ):
+                    kv.cache_blocks(seq, computed)
+            else:
+                self._take(out, seq, n)
             budget -= n
             i += 1
         return budget
@@ -349,7 +372,8 @@ class Scheduler(Generic[S]):
         # Decode: everything but the latest released token is computed; that token is the one.
         # (A resumed sequence whose recompute ends with a 1-token chunk counts as a decode too:
         # the GPU does the same work.)
-        if seq.num_output_tokens and computed + 1 == seq.num_tokens:
+        outputs = seq.num_output_tokens
+        if outputs and computed + 1 == seq.num_prompt_tokens + outputs:
             out.num_decode_tokens += 1
         else:
             out.num_prefill_tokens += n
@@ -357,9 +381,15 @@ class Scheduler(Generic[S]):
         seq.num_computed_tokens = computed
         out.num_context_tokens += computed
         out.scheduled.append(seq)
-        if seq.hashable:
-            # The KV this step writes is cached as it is scheduled (at most one new block per
-            # decode step, so this is a no-op on most calls).
+        cached = seq.num_cached_blocks
+        if (
+            seq.hashable
+            and computed // self.kv.block_size > cached
+            and (seq.prompt_token_ids is not None or len(seq.block_hashes) > cached)
+        ):
+            # The KV this step writes is cached as it is scheduled: only when it fills a block
+            # whose identity is known (cache_blocks' own first tests, here so that most decode
+            # steps cost no call; without token ids, the identities given are all there is).
             self.kv.cache_blocks(seq, computed)
 
     def _preempt(self, seq: S) -> None:
@@ -410,27 +440,41 @@ class Scheduler(Generic[S]):
         released = result.released
         finished = result.finished
         gaps = self.itl_gaps
+        # Gaps are counted per run of equal ones (a decode step's sequences mostly share theirs):
+        # a key enters the dict at its first occurrence all the same, so its order is kept.
+        gap_run = 0.0
+        gap_count = 0
         # Once per scheduled sequence per step; the only allocation per token is the time stamp.
         for seq in out.scheduled:
             if seq.status is not _RUNNING:
                 continue  # aborted while the step ran
-            if seq.num_computed_tokens < seq.num_prompt_tokens + seq.num_output_tokens:
+            outputs = seq.num_output_tokens
+            if seq.num_computed_tokens < seq.num_prompt_tokens + outputs:
                 continue  # a prefill chunk that did not reach the end
-            if seq.num_output_tokens < seq.max_output_tokens:
-                seq.num_output_tokens += 1
+            if outputs < seq.max_output_tokens:
+                outputs += 1
+                seq.num_output_tokens = outputs
                 times = seq.token_times
                 if gaps is not None and times:
                     gap = now - times[-1]
-                    gaps[gap] = gaps.get(gap, 0) + 1
+                    if gap != gap_run or not gap_count:
+                        if gap_count:
+                            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
+                        gap_run = gap
+                        gap_count = 0
+                    gap_count += 1
                 times.append(now)
                 if seq.first_token_time is None:
                     seq.first_token_time = now
                 released.append(seq)
-            if seq.num_output_tokens >= seq.max_output_tokens:
+            if outputs >= seq.max_output_tokens:
                 self.kv.free(seq)
                 seq.status = _FINISHED
                 seq.finished_time = now
                 finished.append(seq)
+        if gap_count:
+            assert gaps is not None
+            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
         if finished:
             # One pass instead of list.remove per finished sequence.
             self.running = [s for s in self.running if s.status is _RUNNING]

@@ -23,6 +23,7 @@ block it knows at construction: the cache then sees those blocks and no others (
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
 from llmsim.engine.scheduler.block_hash import BlockHash, ExtraKeys, hash_blocks
@@ -79,8 +80,10 @@ class Sequence:
     lora_name: str | None = None
     lora_id: int = 0
     extra_keys: ExtraKeys = None
-    # Hashes of the full blocks computed so far (see ensure_block_hashes).
-    block_hashes: list[BlockHash] = field(default_factory=list)
+    # Hashes of the full blocks computed so far (see ensure_block_hashes): a list the sequence
+    # extends when it has token ids, else any sequence given at construction, never changed (a
+    # fleet's ``range`` of numbered blocks, or a list it shares with other sequences).
+    block_hashes: Seq[BlockHash] = field(default_factory=list)
     # Leading blocks of ``blocks`` that are in the prefix cache (hit or stored by this sequence).
     num_cached_blocks: int = 0
     # Leading blocks whose identities another request may hold too (None: all of them). The
@@ -104,7 +107,7 @@ class Sequence:
             self.prompt_token_ids = None
         self.hashable = self.prompt_token_ids is not None or bool(self.block_hashes)
 
-    def ensure_block_hashes(self, num_tokens: int, block_size: int) -> list[BlockHash]:
+    def ensure_block_hashes(self, num_tokens: int, block_size: int) -> Seq[BlockHash]:
         """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
 
         Computed once per block over the sequence's life: the prompt's when first asked (at
@@ -122,7 +125,9 @@ class Sequence:
             ids = self.token_ids_between(done * block_size, num_full * block_size)
             parent = hashes[-1] if hashes else None
             assert not isinstance(parent, int), "a sequence with token ids chains sha256 digests"
-            hashes += hash_blocks(ids, block_size, self.extra_keys, parent=parent)
+            grown = hashes if isinstance(hashes, list) else list(hashes)
+            grown.extend(hash_blocks(ids, block_size, self.extra_keys, parent=parent))
+            self.block_hashes = hashes = grown
         return hashes
 
     def token_ids_between(self, start: int, end: int) -> tuple[int, ...]:
