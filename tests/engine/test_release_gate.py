@@ -101,3 +101,22 @@ async def test_a_waiter_cancelled_leaves_the_others_waiting() -> None:
 def test_a_negative_margin_is_refused() -> None:
     with pytest.raises(ValueError, match="margin"):
         ReleaseGate(Now(), margin=-0.001)
+
+
+async def test_give_way_checks_again_after_it_is_let_go() -> None:
+    now = Now(2.0)
+    gate = ReleaseGate(now, margin=0.001)
+    await asyncio.wait_for(gate.give_way(), 1)  # no release pending: returns at once
+    gate.close("engine", 2.0)
+    work = asyncio.ensure_future(gate.give_way(1.9995))
+    await asyncio.sleep(0)
+    assert gate.num_held == 1
+    # Let go, but before it runs the step loop has its next release at hand already.
+    assert gate.open("engine") == 1.9995
+    gate.close("engine", 2.0005)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not work.done()
+    assert gate.num_held == 2  # it asked again and was held again
+    gate.open("engine")
+    await asyncio.wait_for(work, 1)

@@ -167,9 +167,7 @@ class LlmsimApp(FastAPI):
         if gate is not None:
             # Before the request's first slice of work (parsing, planning, submitting): a token
             # release about to be due goes first. The arrival is stamped already.
-            arrival = scope[ARRIVAL_KEY]
-            while (held := gate.wait(arrival)) is not None:
-                await held
+            await gate.give_way(scope[ARRIVAL_KEY])
         headers = self._identity.headers(scope)
         if self._access.enabled:
             refusal = self._access.refusal(scope)
@@ -219,8 +217,7 @@ class LlmsimApp(FastAPI):
         gate = self._gate
         if gate is not None:
             # Admitted (or refused): the response's start is the request's second slice of work.
-            while (held := gate.wait()) is not None:
-                await held
+            await gate.give_way()
         await response(scope, receive, send)
 
 

@@ -321,5 +321,4 @@ class SSEResponse(Response, Generic[T]):
             # The client has everything; what is left (closing the source, the request's records)
             # is a slice of work that a burst of streams ending together would otherwise run all
             # at once, ahead of the next step's release.
-            while (held := gate.wait()) is not None:
-                await held
+            await gate.give_way()

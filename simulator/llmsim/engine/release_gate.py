@@ -35,13 +35,7 @@ class ReleaseGate:
     """Pending release deadlines of the step loops on one event loop, and the request work waiting for them.
 
     The engines call :meth:`close` before sleeping to a release and :meth:`open` after its pass;
-    request work asks :meth:`wait` before each slice, in a loop (None: go on now)::
-
-        while (held := gate.wait(arrival)) is not None:
-            await held
-
-    (the loop: work let go after one release checks again, so a pile of it let go at once still
-    stops at the next release's margin). ``now`` is the engines' clock.
+    request work awaits :meth:`give_way` before each slice. ``now`` is the engines' clock.
     """
 
     __slots__ = ("_deadlines", "_earliest", "_margin", "_now", "_waiters", "num_held")
@@ -80,6 +74,15 @@ class ReleaseGate:
             if not waiter.done():
                 waiter.set_result(None)
         return earliest
+
+    async def give_way(self, arrival: float | None = None) -> None:
+        """Return once no release is at hand: at once (most calls), or after the passes due.
+
+        Work let go after one release checks again, so a pile of it let go at once still stops
+        at the next release's margin. ``arrival``: as for :meth:`wait`.
+        """
+        while (held := self.wait(arrival)) is not None:
+            await held
 
     def wait(self, arrival: float | None = None) -> Awaitable[None] | None:
         """Something to await before a slice of request work, or None to go on at once (most calls).

@@ -580,7 +580,7 @@ class SchedulerEngine(Engine):
             # The writes first: the scheduler's bookkeeping of the step waits until every token is out.
             handed = self._hand_out(pending)
             # The earliest arrival among request work held back for this release (inf: none).
-            held = gate.open(self) if gate is not None else math.inf
+            earliest_held = gate.open(self) if gate is not None else math.inf
             result = sched.update_from_output(out, deadline)
             self._timeline_end = deadline
             self._settle(result.released, pending, handed)
@@ -591,7 +591,9 @@ class SchedulerEngine(Engine):
                 observer.on_request_finished(stream.to_stats())
             previous_start = step_start
             step_start = deadline
-            if ready_time(params, held) <= admission_cutoff(params, step_start, previous_start, bool(sched.running)):
+            if ready_time(params, earliest_held) <= admission_cutoff(
+                params, step_start, previous_start, bool(sched.running)
+            ):
                 # Request work held back for this release could still join the next step: it runs
                 # its next slice (parsing, planning, submitting) before the step's admissions are
                 # decided, as it would have without the gate, which so moves no request to a later
