@@ -57,6 +57,13 @@ _MEMO_SIZE = 4096
 _CODE_SHIFT = 2
 
 
+def _numbered(code: int, count: int) -> range:
+    """The identities of a first segment's ``count`` whole blocks, from its key's ``code`` (the one
+    rule for them: the memoized chain and :class:`NumberedBlocks` must agree)."""
+    base = code >> _CODE_SHIFT
+    return range(base, base + count)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """``length`` tokens of the text named ``key`` (or the explicit ``ids``, when a trace gave them)."""
@@ -207,10 +214,10 @@ class BlockHasher:
             first = segments[k] if k < len(segments) else None
             if first is not None and first.ids is None and first.length >= bs:
                 code = self._code(first.key)
-                base = code >> _CODE_SHIFT
                 count = first.length // bs
-                hashes = list(range(base, base + count))
-                parent = base + count - 1
+                numbers = _numbered(code, count)
+                hashes = list(numbers)
+                parent = numbers[-1]
                 if count * bs < first.length:
                     partial, filled = ((code, count * bs, first.length),), first.length - count * bs
                 k += 1
@@ -290,8 +297,7 @@ class NumberedBlocks(Sequence[int]):
     def _range(self) -> range:
         numbers = self._numbers
         if numbers is None:
-            base = self._hasher._code(self._key) >> _CODE_SHIFT
-            numbers = self._numbers = range(base, base + self._count)
+            numbers = self._numbers = _numbered(self._hasher._code(self._key), self._count)
         return numbers
 
     def __len__(self) -> int:
