@@ -58,13 +58,16 @@ def fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
     uniform = draw(st.booleans())
     own_tokens = draw(st.integers(0, context // 2))
     uniform_output = draw(st.integers(0, context - max(system[0] + own_tokens, 1)))
+    # Known answers let decode steps cache output blocks (a run's starts then store as well as
+    # allocate); without them its starts only allocate (the common case, a path of its own).
+    answers = draw(st.booleans())
     requests: list[FleetRequest] = []
     for i in range(draw(st.integers(1, 16))):
         own = own_tokens if uniform else draw(st.integers(0, context // 2))
         segments = [Segment(f"system:{i % 2}", system[i % 2 if not uniform else 0]), Segment(f"own:{i}", own)]
         prompt = Prompt(tuple(segments))
         output = uniform_output if uniform else draw(st.integers(0, context - max(prompt.num_tokens, 1)))
-        answer = Segment(f"answer:{i}", output)
+        answer = Segment(f"answer:{i}", output) if answers else None
         follows = draw(st.none() | st.integers(0, i - 1)) if i else None
         if follows is not None:
             # The next turn: the earlier prompt, its answer, then a short message, if it fits.
@@ -74,7 +77,7 @@ def fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
             if turn.num_tokens + 1 <= context:
                 prompt = turn
                 output = draw(st.integers(0, context - prompt.num_tokens))
-                answer = Segment(f"answer:{i}", output)
+                answer = Segment(f"answer:{i}", output) if answers else None
             else:
                 follows = None
         if follows is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
@@ -82,7 +83,7 @@ class FleetResult:
         per_replica: list[list[RequestOutcome]] = [[] for _ in self.replicas]
         for r in sent:
             per_replica[r.replica].append(r)
-        fleet_gaps: Counter[float] = Counter()
+        fleet_gaps: list[Counter[float]] = []
         # One pass over each replica's outcomes; the fleet's figures are their union (the
         # percentiles sort their values and fsum them, so the order of the union is immaterial),
         # plus the requests never sent, which count as aborted and nothing else.
@@ -90,7 +91,7 @@ class FleetResult:
         fleet.aborted = len(self.requests) - len(sent)
         replicas = []
         for report, outcomes in zip(self.replicas, per_replica, strict=True):
-            fleet_gaps.update(report.itl_gaps)
+            fleet_gaps.append(report.itl_gaps)
             tally = _Tally(outcomes)
             fleet.add(tally)
             replicas.append(_replica_summary(report, tally, duration))
@@ -178,7 +179,7 @@ class _Tally:
         self.hit_tokens += other.hit_tokens
         self.query_tokens += other.query_tokens
 
-    def latencies(self, gaps: Counter[float]) -> Latencies:
+    def latencies(self, gaps: Sequence[Counter[float]]) -> Latencies:
         return Latencies.of(ttft=self.ttft, itl_gaps=gaps, tpot=self.tpot, e2e=self.e2e, queue_time=self.queue_time)
 
     def hit_rate(self) -> float:
@@ -195,7 +196,7 @@ def _replica_summary(report: ReplicaReport, tally: _Tally, duration: float) -> R
         num_aborted=tally.aborted,
         num_rejected=tally.rejected,
         output_tokens=tally.output_tokens,
-        latencies=tally.latencies(report.itl_gaps),
+        latencies=tally.latencies((report.itl_gaps,)),
         num_steps=report.num_steps,
         busy_fraction=report.busy_time / duration if duration > 0 else 0.0,
         mean_batch_size=report.batch_total / report.num_steps if report.num_steps else 0.0,

@@ -81,6 +81,7 @@ class Replica:
         "kv_peak_blocks",
         "kv_usage",
         "name",
+        "next_scrape",
         "num_preemptions",
         "num_routed",
         "num_running",
@@ -137,6 +138,9 @@ class Replica:
         self._interval = scrape_interval
         self._phase = scrape_phase
         self._scrape_index = 0
+        # When the next scrape not yet taken is due (-inf with no interval: every look is a
+        # scrape), so the fleet skips a replica with nothing to settle without calling it.
+        self.next_scrape = scrape_phase if scrape_interval > 0.0 else -math.inf
         # Counters for the report.
         self.num_routed = 0
         self.num_steps = 0
@@ -174,13 +178,13 @@ class Replica:
             self._sync(now, passed)
             self._scrape()
             return
-        if self._scrape_time(self._scrape_index) <= now:
+        if self.next_scrape <= now:
             k = self._last_scrape(now, strictly_before=False)
             at = self._scrape_time(k)
             # A scrape before now saw every step that started at its time; one at now, those started so far.
             self._sync(at, True) if at < now else self._sync(now, passed)
             self._scrape()
-            self._scrape_index = k + 1
+            self._settled(k)
         if prefix_cache:
             self._sync(now, passed)
 
@@ -239,11 +243,16 @@ class Replica:
 
     def _before_change(self, now: float) -> None:
         """Settle the scrapes strictly before ``now``, which saw the state this event is about to change."""
-        if self._interval > 0.0 and self._scrape_time(self._scrape_index) < now:
+        if self._interval > 0.0 and self.next_scrape < now:
             k = self._last_scrape(now, strictly_before=True)
             self._sync(self._scrape_time(k), True)
             self._scrape()
-            self._scrape_index = k + 1
+            self._settled(k)
+
+    def _settled(self, k: int) -> None:
+        """Scrapes up to ``k`` are taken."""
+        self._scrape_index = k + 1
+        self.next_scrape = self._scrape_time(k + 1)
 
     # -- the run in progress ---------------------------------------------------------------
 

@@ -236,7 +236,9 @@ class FleetSimulation:
         if router.reads_state:
             live = router.reads_prefix_cache
             for replica in self.replicas:
-                replica.observe(now, self._passed(replica), prefix_cache=live)
+                # Most replicas have no scrape due (a send every few ms, a scrape every 50).
+                if live or replica.next_scrape <= now:
+                    replica.observe(now, self._passed(replica), prefix_cache=live)
         replica = self.replicas[router.pick(request.prompt)]
         seq = replica.sequence(i, request, now, self.own_from[i])
         self.seqs[i] = seq
