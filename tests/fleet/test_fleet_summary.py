@@ -24,6 +24,19 @@ def test_counted_percentiles_match_the_expanded_values(counts: dict[float, int])
     assert abs(got.mean - want.mean) <= 1e-12 * max(1.0, abs(want.mean))
 
 
+@given(st.lists(st.dictionaries(st.sampled_from([0.5, 1.0, 1.25, 2.0, 7.5]), st.integers(1, 5)), max_size=4))
+def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts: list[dict[float, int]]) -> None:
+    # A fleet's gaps: one counter per replica, the same value often in several of them.
+    expanded = [v for part in parts for v, c in part.items() for _ in range(c)]
+    got = counted_percentiles(*(Counter(part) for part in parts))
+    if not expanded:
+        assert got.count == 0
+        return
+    want = Percentiles.of(expanded)
+    assert (got.count, got.p50, got.p90, got.p99) == (want.count, want.p50, want.p90, want.p99)
+    assert abs(got.mean - want.mean) <= 1e-12 * max(1.0, abs(want.mean))
+
+
 def test_a_fleet_summary_counts_each_request_once_where_it_belongs() -> None:
     # Two replicas. Replica 0: a finished request (ttft 0.5, e2e 2, queue 0.25, tpot 0.1, 100 of
     # 200 prompt tokens hit) and a rejected one. Replica 1: a finished request (ttft 1.5, e2e 4,
