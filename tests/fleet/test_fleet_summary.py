@@ -12,21 +12,7 @@ from llmsim.fleet import FleetResult, ReplicaReport, RequestOutcome, counted_per
 from llmsim.types import FinishReason
 
 
-@given(st.dictionaries(st.floats(0, 10, allow_nan=False), st.integers(1, 5), max_size=30))
-def test_counted_percentiles_match_the_expanded_values(counts: dict[float, int]) -> None:
-    expanded = [v for v, c in counts.items() for _ in range(c)]
-    got = counted_percentiles(Counter(counts))
-    if not expanded:
-        assert got.count == 0
-        return
-    want = Percentiles.of(expanded)
-    assert (got.count, got.p50, got.p90, got.p99) == (want.count, want.p50, want.p90, want.p99)
-    assert abs(got.mean - want.mean) <= 1e-12 * max(1.0, abs(want.mean))
-
-
-@given(st.lists(st.dictionaries(st.sampled_from([0.5, 1.0, 1.25, 2.0, 7.5]), st.integers(1, 5)), max_size=4))
-def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts: list[dict[float, int]]) -> None:
-    # A fleet's gaps: one counter per replica, the same value often in several of them.
+def assert_percentiles_of_expanded(parts: list[dict[float, int]]) -> None:
     expanded = [v for part in parts for v, c in part.items() for _ in range(c)]
     got = counted_percentiles(*(Counter(part) for part in parts))
     if not expanded:
@@ -35,6 +21,17 @@ def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts:
     want = Percentiles.of(expanded)
     assert (got.count, got.p50, got.p90, got.p99) == (want.count, want.p50, want.p90, want.p99)
     assert abs(got.mean - want.mean) <= 1e-12 * max(1.0, abs(want.mean))
+
+
+@given(st.dictionaries(st.floats(0, 10, allow_nan=False), st.integers(1, 5), max_size=30))
+def test_counted_percentiles_match_the_expanded_values(counts: dict[float, int]) -> None:
+    assert_percentiles_of_expanded([counts])
+
+
+@given(st.lists(st.dictionaries(st.sampled_from([0.5, 1.0, 1.25, 2.0, 7.5]), st.integers(1, 5)), max_size=4))
+def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts: list[dict[float, int]]) -> None:
+    # A fleet's gaps: one counter per replica, the same value often in several of them.
+    assert_percentiles_of_expanded(parts)
 
 
 def test_a_fleet_summary_counts_each_request_once_where_it_belongs() -> None:
