@@ -175,3 +175,53 @@ def test_a_client_leaving_exactly_as_a_step_ends_stops_the_run_there() -> None:
     assert everything(jumped) == everything(stepped)
     assert len(jumped.requests[1].token_times) == 10
     assert jumped.requests[1].token_times[-1] == boundary
+
+
+@st.composite
+def busy_fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
+    """Requests arriving one by one into replicas already decoding, with room for larger batches
+    than :func:`fleets`: every arrival cuts a run, and the step that admits it meets a batch, a
+    prefix cache, a token budget and a queue (short of blocks or of sequence slots)."""
+    block_size = draw(st.sampled_from([1, 2, 4]))
+    # Room for any one prompt (up to 53 tokens), not always for a full batch.
+    num_blocks = draw(st.integers(64 // block_size, 160))
+    context = num_blocks * block_size
+    params = tiny_params(
+        num_blocks,
+        block_size=block_size,
+        context_length=context,
+        max_batch_tokens=draw(st.integers(8, 96)),
+        max_num_sequences=draw(st.integers(2, 12)),
+        watermark=draw(st.sampled_from([0.0, 0.05])),
+        max_waiting_requests=draw(st.none() | st.integers(1, 4)),
+        enable_prefix_caching=draw(st.booleans()),
+        async_scheduling=draw(st.booleans()),
+        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
+    )
+    fleet = FleetSpec(
+        (ReplicaGroup("g", "m", params, draw(st.integers(1, 2))),),
+        RouterSpec(draw(st.sampled_from(ROUTER_POLICIES)), draw(st.sampled_from([0.0, 0.013, 0.05])), seed=1),
+    )
+    system = draw(st.integers(0, 3 * block_size + 1))
+    requests = []
+    for i in range(draw(st.integers(2, 24))):
+        own = draw(st.integers(1, 40))
+        prompt = Prompt((Segment(f"system:{i % 2}", system), Segment(f"own:{i}", own)))
+        output = draw(st.integers(1, 60))
+        # Milliseconds apart (steps are ~10 ms): most arrive while a batch decodes.
+        arrival = draw(st.integers(0, 1500)) / 1000
+        abort_at = draw(st.none() | st.none() | st.integers(0, 2000).map(lambda ms: ms / 1000))
+        requests.append(FleetRequest(prompt, output, arrival, None, abort_at))
+    return fleet, FleetWorkload(tuple(requests), draw(st.none() | st.integers(2, 16)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_fleets())
+def test_requests_arriving_into_decoding_batches_are_timed_as_stepping_times_them(
+    case: tuple[FleetSpec, FleetWorkload],
+) -> None:
+    fleet, workload = case
+    stepped = FleetSimulation(fleet, workload, keep_token_times=True, fast_forward=False).run()
+    jumped = FleetSimulation(fleet, workload, keep_token_times=True, fast_forward=True).run()
+    target(float(sum(r.num_steps for r in stepped.replicas)), label="steps")
+    assert everything(jumped) == everything(stepped)
