@@ -180,8 +180,9 @@ def test_a_client_leaving_exactly_as_a_step_ends_stops_the_run_there() -> None:
 @st.composite
 def busy_fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
     """Requests arriving one by one into replicas already decoding, with room for larger batches
-    than :func:`fleets`: every arrival cuts a run, and the step that admits it meets a batch, a
-    prefix cache, a token budget and a queue (short of blocks or of sequence slots)."""
+    than :func:`fleets`: every arrival cuts a run, and the step that admits it is taken into the
+    run (``DecodeRun.absorb``) when it can be and stepped when it cannot (a preemption, a prompt
+    over the token budget, a queue short of blocks or of sequence slots, a request resumed)."""
     block_size = draw(st.sampled_from([1, 2, 4]))
     # Room for any one prompt (up to 53 tokens), not always for a full batch.
     num_blocks = draw(st.integers(64 // block_size, 160))

@@ -67,6 +67,7 @@ class Replica:
         "_fast_forward",
         "_hasher",
         "_interval",
+        "_paused",
         "_phase",
         "_scrape_index",
         "_step_duration",
@@ -126,6 +127,9 @@ class Replica:
         self.deadline = math.inf
         # Or a run of decode steps in progress (never both).
         self.run: DecodeRun[Sequence] | None = None
+        # A run at the end of its planned steps with sequences still decoding, between its event
+        # and the step start at the same instant, which may take the queue in and go on (absorb).
+        self._paused: DecodeRun[Sequence] | None = None
         self.step_start = 0.0
         # Bumped whenever the time of the replica's next event changes (older heap entries are stale).
         self.version = 0
@@ -341,6 +345,8 @@ class Replica:
         self._before_change(now)
         self.starting = False
         sched = self.scheduler
+        paused = self._paused
+        self._paused = None
         later = math.inf
         if self.inbox:
             # As the live engine and simulate(): with async scheduling a request that arrived
@@ -355,6 +361,13 @@ class Replica:
                 elif not sched.add_requests([seq], now):
                     ended.append(seq)
             self.inbox = waiting
+        if paused is not None:
+            if paused.absorb(now, later):
+                self.version += 1
+                self.run = paused
+                self._count_run_steps(paused, paused.num_starts - 1)
+                return paused.next_event()
+            paused.finish()
         if not sched.has_work():
             return None
         self.version += 1
@@ -396,6 +409,14 @@ class Replica:
         run.on_end_of_plan()
         if not run.done:
             return False
+        if run.goes_on:
+            # Cut short (an arrival joins the next step, or blocks run short): the step start may
+            # take the queue into the run.
+            self._paused = run
+            self.step_start = run.last_start
+            self.run = None
+            self.version += 1
+            return True
         run.finish()
         self._end_run(run)
         return True
@@ -420,6 +441,9 @@ class Replica:
         if seq.is_finished:
             return False
         self._before_change(now)
+        if self._paused is not None:
+            self._paused.finish()
+            self._paused = None
         if seq.status is SequenceStatus.WAITING and seq in self.inbox:
             # Still in the inbox: it never reaches the scheduler (as in simulate()).
             self.inbox.remove(seq)
