@@ -22,14 +22,23 @@ from llmsim.fleet.spec import ROUTER_POLICIES
 from tests.engine.scheduler.builders import tiny_params
 
 
-def replica_params(draw: st.DrawFn, context: int, block_size: int, num_blocks: int) -> SchedulerParams:
+def replica_params(
+    draw: st.DrawFn,
+    context: int,
+    block_size: int,
+    num_blocks: int,
+    *,
+    batch_tokens: tuple[int, int] = (1, 64),
+    sequences: tuple[int, int] = (1, 8),
+    watermark: float = 0.1,
+) -> SchedulerParams:
     return tiny_params(
         num_blocks,
         block_size=block_size,
         context_length=context,
-        max_batch_tokens=draw(st.integers(1, 64)),
-        max_num_sequences=draw(st.integers(1, 8)),
-        watermark=draw(st.sampled_from([0.0, 0.1])),
+        max_batch_tokens=draw(st.integers(*batch_tokens)),
+        max_num_sequences=draw(st.integers(*sequences)),
+        watermark=draw(st.sampled_from([0.0, watermark])),
         max_waiting_requests=draw(st.none() | st.integers(1, 4)),
         enable_prefix_caching=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
@@ -187,17 +196,8 @@ def busy_fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
     # Room for any one prompt (up to 53 tokens), not always for a full batch.
     num_blocks = draw(st.integers(64 // block_size, 160))
     context = num_blocks * block_size
-    params = tiny_params(
-        num_blocks,
-        block_size=block_size,
-        context_length=context,
-        max_batch_tokens=draw(st.integers(8, 96)),
-        max_num_sequences=draw(st.integers(2, 12)),
-        watermark=draw(st.sampled_from([0.0, 0.05])),
-        max_waiting_requests=draw(st.none() | st.integers(1, 4)),
-        enable_prefix_caching=draw(st.booleans()),
-        async_scheduling=draw(st.booleans()),
-        request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
+    params = replica_params(
+        draw, context, block_size, num_blocks, batch_tokens=(8, 96), sequences=(2, 12), watermark=0.05
     )
     fleet = FleetSpec(
         (ReplicaGroup("g", "m", params, draw(st.integers(1, 2))),),
