@@ -8,7 +8,7 @@ wake-up waits behind the whole batch, and every token of the step leaves that la
 128 streams: a step's wake-up lag at p99 19 ms, one step in four over 3 ms).
 
 vLLM runs its API server and its engine core in two processes, so there a request's parsing never
-holds a step's outputs. Here the request side asks the gate before each slice (:meth:`ReleaseGate.wait`):
+holds a step's outputs. Here the request side asks the gate before each slice (:meth:`ReleaseGate.give_way`):
 within ``margin`` of a pending release (or past it) it waits until the release pass is done,
 so the loop stays free to wake the step loop at its deadline; otherwise it goes on at once.
 Simulated times do not move: a request's arrival is stamped when its first byte is read, and it

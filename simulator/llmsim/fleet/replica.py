@@ -411,13 +411,10 @@ class Replica:
             return False
         if run.goes_on:
             # Cut short (an arrival joins the next step, or blocks run short): the step start may
-            # take the queue into the run.
+            # take the queue into the run, so its sequences are not brought up to date yet.
             self._paused = run
-            self.step_start = run.last_start
-            self.run = None
-            self.version += 1
-            return True
-        run.finish()
+        else:
+            run.finish()
         self._end_run(run)
         return True
 

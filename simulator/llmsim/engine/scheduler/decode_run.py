@@ -553,7 +553,7 @@ class DecodeRun(Generic[S]):
         sched = self.sched
         if j in self._lora_steps:
             # The same touches _make_output makes for this batch (the LRU order of adapters).
-            active = [s for p, s in enumerate(self.seqs) if self._last[p] >= j]
+            active = [self.seqs[p] for p in self._active]  # those whose last step is j or later
             for name in {s.lora_name for s in active if s.lora_name is not None}:
                 assert name in sched.loaded_loras, "a run's adapters are all loaded"
                 sched.load_lora(name)  # most recently used, as _make_output's touch
