@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint typecheck imports unit system-deps envtest bench e2e clean
+.PHONY: run test lint typecheck imports unit system-deps envtest bench bench-plan compiled e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,8 @@ system-deps:
 	hack/system-deps.sh
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check simulator operator tests bench e2e
-	$(BIN)/ruff format --check simulator operator tests bench e2e
+	$(BIN)/ruff check setup.py simulator operator tests bench e2e
+	$(BIN)/ruff format --check setup.py simulator operator tests bench e2e
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
@@ -60,5 +60,13 @@ e2e: $(VENV)/.installed-dev system-deps
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
+# The planner core compiled with mypyc (setup.py, LLMSIM_COMPILE=1) in a copy: build/compiled.
+compiled: $(VENV)/.installed-dev
+	hack/compile-core.sh
+
+# llmsim plan's speed: the compiled core against pure Python in one run (same results checked).
+bench-plan: compiled
+	PYTHONPATH=build/compiled/simulator $(BIN)/python bench/bench_plan.py --baseline . $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

@@ -22,6 +22,8 @@ With ``--baseline DIR`` (another source tree, e.g. ``git archive main | tar -x -
 round first runs the same cases, jumping only, with DIR's ``simulator`` package in a subprocess
 (this script, DIR's code), so both trees are measured in the same minutes; the table adds the
 baseline's speed and the ratio, and the run stops if the two trees give different results.
+``make bench-plan`` runs this script on the core compiled by mypyc (``hack/compile-core.sh``)
+with this checkout's pure Python as the baseline: the compiled core's speed-up, same results.
 
     .venv/bin/python bench/bench_plan.py [--rate 20] [--duration 120] [--repeat 3] [--quick] [--baseline DIR]
 
@@ -58,6 +60,14 @@ from llmsim.fleet import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def core() -> str:
+    """Which planner core this interpreter imported: setup.py's mypyc build, or the source."""
+    from llmsim.fleet import simulation
+
+    return "compiled (mypyc)" if str(simulation.__file__).endswith(".so") else "pure Python"
+
 
 SEED = SchedulerParams(
     gpu=GpuSpec(hbm_bytes=80 * 2**30, memory_bandwidth=3000e9, peak_flops=989e12),
@@ -166,10 +176,12 @@ def main() -> int:
     cases: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in runs}
     digests: dict[str, str] = {}
     baseline: dict[str, dict[str, Any]] = {}
+    baseline_core = ""
     loads = []
     for _ in range(args.repeat):
         if args.baseline is not None:
-            for label, record in run_baseline(args).items():
+            baseline_core, baseline_cases = run_baseline(args)
+            for label, record in baseline_cases.items():
                 best = baseline.get(label)
                 if best is None or record["jumped"]["cpu_s"] < best["jumped"]["cpu_s"]:
                     baseline[label] = record
@@ -192,6 +204,7 @@ def main() -> int:
     print(
         f"virtual-time speed, {name}, {PROMPT}-token prompts, {OUTPUT} output tokens unless said (load average up to {load:.1f})"
     )
+    print(f"core: {core()}" + (f"; baseline: {baseline_core}" if baseline_core else ""))
     against = args.baseline is not None
     print(
         f"{'case':<52}{'requests':>9}{'steps':>10}{'batch':>7}{'simulated':>11}"
@@ -218,8 +231,9 @@ def main() -> int:
     return 0
 
 
-def run_baseline(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """One round of every case, jumping, with the baseline tree's simulator (this script, its code)."""
+def run_baseline(args: argparse.Namespace) -> tuple[str, dict[str, dict[str, Any]]]:
+    """One round of every case, jumping, with the baseline tree's simulator (this script, its code):
+    which core it ran, and its cases."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "baseline.json"
         argv = [sys.executable, __file__, "--jumped-only", "--repeat", "1", "--out", str(out)]
@@ -231,8 +245,9 @@ def run_baseline(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             argv += ["--model", args.model] + (["--config", args.config] if args.config else [])
         env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "simulator")}
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-        cases: dict[str, dict[str, Any]] = json.loads(out.read_text())["cases"]
-        return cases
+        body = json.loads(out.read_text())
+        cases: dict[str, dict[str, Any]] = body["cases"]
+        return str(body.get("core", "pure Python")), cases
 
 
 def write(
@@ -244,6 +259,7 @@ def write(
         "output_tokens": OUTPUT,
         "quick": args.quick,
         "load_average": load,
+        "core": core(),
         "baseline": baseline,
         "cases": cases,
         "python": platform.python_version(),

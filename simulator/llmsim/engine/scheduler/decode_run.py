@@ -67,7 +67,7 @@ FIRST_CHUNK = 16
 
 
 @dataclass(slots=True)
-class _Plan(Generic[S]):
+class _Plan:
     """Where a run's planning stopped: what the next steps are planned from."""
 
     # Steps the run may reach at most (the last finish, or the first one if someone waits).
@@ -199,7 +199,7 @@ class DecodeRun(Generic[S]):
         # Sequences that finished in applied steps, for the caller to collect.
         self.finished: list[S] = []
         # Where planning stopped, while more steps may follow (None: the run ends at num_steps).
-        self._plan: _Plan[S] | None = None
+        self._plan: _Plan | None = None
         # The step planning started from (0, or the step after the last absorbed one).
         self._plan_start = 0
         # Sequences admitted into the run (see absorb): position -> the step of their prefill; per

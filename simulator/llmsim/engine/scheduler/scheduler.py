@@ -50,7 +50,6 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from llmsim.engine.scheduler.block_hash import BlockHash
@@ -69,38 +68,54 @@ _FINISHED = SequenceStatus.FINISHED
 _ABORTED = SequenceStatus.ABORTED
 
 
-@dataclass(slots=True)
 class SchedulerOutput(Generic[S]):
     """One step's batch: what the cost model prices and ``update_from_output`` advances."""
 
-    index: int
-    # Sequences with tokens computed in this step, running ones first, then newly admitted.
-    scheduled: list[S] = field(default_factory=list)
-    # Sequences preempted in this step (now at the front of the waiting queue).
-    preempted: list[S] = field(default_factory=list)
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    # Sum over scheduled sequences of their length after the step (see cost_model).
-    num_context_tokens: int = 0
-    # KV blocks in use while the step runs (StepStats reports the end of the step, as vLLM's gauge).
-    kv_used_blocks: int = 0
-    # Prefix cache lookups of the sequences admitted for the first time in this step, in tokens.
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    # LoRA adapters the step had to load (each costs LoraParams.load_s).
-    num_lora_loads: int = 0
+    # A plain class rather than a dataclass: mypyc cannot compile a generic dataclass (see setup.py).
+    __slots__ = (
+        "index",
+        "kv_used_blocks",
+        "num_context_tokens",
+        "num_decode_tokens",
+        "num_lora_loads",
+        "num_prefill_tokens",
+        "preempted",
+        "prefix_cache_hits",
+        "prefix_cache_queries",
+        "scheduled",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        # Sequences with tokens computed in this step, running ones first, then newly admitted.
+        self.scheduled: list[S] = []
+        # Sequences preempted in this step (now at the front of the waiting queue).
+        self.preempted: list[S] = []
+        self.num_prefill_tokens = 0
+        self.num_decode_tokens = 0
+        # Sum over scheduled sequences of their length after the step (see cost_model).
+        self.num_context_tokens = 0
+        # KV blocks in use while the step runs (StepStats reports the end of the step, as vLLM's gauge).
+        self.kv_used_blocks = 0
+        # Prefix cache lookups of the sequences admitted for the first time in this step, in tokens.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        # LoRA adapters the step had to load (each costs LoraParams.load_s).
+        self.num_lora_loads = 0
 
     @property
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
 
 
-@dataclass(slots=True)
 class StepResult(Generic[S]):
     """What a step produced: who released a token, who finished."""
 
-    released: list[S] = field(default_factory=list)
-    finished: list[S] = field(default_factory=list)
+    __slots__ = ("finished", "released")
+
+    def __init__(self) -> None:
+        self.released: list[S] = []
+        self.finished: list[S] = []
 
 
 def ready_time(params: SchedulerParams, arrival: float) -> float:
