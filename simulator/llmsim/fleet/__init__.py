@@ -10,7 +10,7 @@ Entry point for other tools: ``plan_fleet(load_fleet(...), workload)``.
 
 from llmsim.fleet.fleet_file import load_fleet, parse_fleet
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
-from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary, counted_percentiles
+from llmsim.fleet.fleet_summary import FleetSummary, Latencies, OrderedCounts, ReplicaSummary, counted_percentiles
 from llmsim.fleet.planner import (
     FleetPlan,
     RatePoint,
@@ -50,6 +50,7 @@ __all__ = [
     "FleetSummary",
     "FleetWorkload",
     "Latencies",
+    "OrderedCounts",
     "Prompt",
     "RatePoint",
     "RateSweep",

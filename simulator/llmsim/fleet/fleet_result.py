@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
+from llmsim.fleet.fleet_summary import FleetSummary, Latencies, OrderedCounts, ReplicaSummary
 from llmsim.types import FinishReason
 
 
@@ -83,7 +83,8 @@ class FleetResult:
         per_replica: list[list[RequestOutcome]] = [[] for _ in self.replicas]
         for r in sent:
             per_replica[r.replica].append(r)
-        fleet_gaps: list[Counter[float]] = []
+        # Each replica's gaps put in order once, for its percentiles and the fleet's.
+        fleet_gaps: list[OrderedCounts] = []
         # One pass over each replica's outcomes; the fleet's figures are their union (the
         # percentiles sort their values and fsum them, so the order of the union is immaterial),
         # plus the requests never sent, which count as aborted and nothing else.
@@ -91,10 +92,11 @@ class FleetResult:
         fleet.aborted = len(self.requests) - len(sent)
         replicas = []
         for report, outcomes in zip(self.replicas, per_replica, strict=True):
-            fleet_gaps.append(report.itl_gaps)
+            gaps = OrderedCounts(report.itl_gaps)
+            fleet_gaps.append(gaps)
             tally = _Tally(outcomes)
             fleet.add(tally)
-            replicas.append(_replica_summary(report, tally, duration))
+            replicas.append(_replica_summary(report, tally, gaps, duration))
         routed = [rep.num_routed for rep in self.replicas]
         mean_routed = sum(routed) / len(routed) if routed else 0.0
         return FleetSummary(
@@ -179,7 +181,7 @@ class _Tally:
         self.hit_tokens += other.hit_tokens
         self.query_tokens += other.query_tokens
 
-    def latencies(self, gaps: Sequence[Counter[float]]) -> Latencies:
+    def latencies(self, gaps: Sequence[OrderedCounts]) -> Latencies:
         return Latencies.of(ttft=self.ttft, itl_gaps=gaps, tpot=self.tpot, e2e=self.e2e, queue_time=self.queue_time)
 
     def hit_rate(self) -> float:
@@ -187,7 +189,7 @@ class _Tally:
         return self.hit_tokens / self.query_tokens if self.query_tokens else math.nan
 
 
-def _replica_summary(report: ReplicaReport, tally: _Tally, duration: float) -> ReplicaSummary:
+def _replica_summary(report: ReplicaReport, tally: _Tally, gaps: OrderedCounts, duration: float) -> ReplicaSummary:
     return ReplicaSummary(
         name=report.name,
         model=report.model,
@@ -196,7 +198,7 @@ def _replica_summary(report: ReplicaReport, tally: _Tally, duration: float) -> R
         num_aborted=tally.aborted,
         num_rejected=tally.rejected,
         output_tokens=tally.output_tokens,
-        latencies=tally.latencies((report.itl_gaps,)),
+        latencies=tally.latencies((gaps,)),
         num_steps=report.num_steps,
         busy_fraction=report.busy_time / duration if duration > 0 else 0.0,
         mean_batch_size=report.batch_total / report.num_steps if report.num_steps else 0.0,

@@ -6,35 +6,70 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import mul
 
 from llmsim.engine.scheduler.simulation_summary import Percentiles
 
 
-def counted_percentiles(*counts: Mapping[float, int]) -> Percentiles:
-    """Percentiles of a multiset given as value -> count (or the union of several such), equal to
-    ``Percentiles.of`` of the expanded values.
+class OrderedCounts:
+    """A multiset given as value -> count, put in value order once: what its percentiles, and
+    those of a union with others, are read from.
 
-    A fleet's inter-token gaps are one counter per replica, some 10^5 values each: they are read
-    where they are (no merged counter) and put in order by one sort of their positions, so the
-    per-value work is C's, not a Python loop's.
+    A fleet's inter-token gaps are one counter per replica, some 10^4-10^5 distinct values each;
+    each replica's summary and the fleet's read the same ordered counts (one sort per counter).
     """
-    values: list[float] = []
-    numbers: list[int] = []
-    for c in counts:
-        values += c.keys()
-        numbers += c.values()
-    if not values:
-        return Percentiles.of(())
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ordered = list(map(values.__getitem__, order))
-    cumulative = list(accumulate(map(numbers.__getitem__, order)))
-    total = cumulative[-1]
 
-    def at(k: int) -> float:
-        # The k-th smallest value (0-based): the first value whose cumulative count exceeds k.
-        return ordered[bisect_right(cumulative, k)]
+    __slots__ = ("cumulative", "products", "total", "values")
+
+    def __init__(self, counts: Mapping[float, int]) -> None:
+        values = list(counts.keys())
+        numbers = list(counts.values())
+        # Positions sorted by value (C's loop), not (value, count) pairs: no tuple per value.
+        order = sorted(range(len(values)), key=values.__getitem__)
+        #: Distinct values, ascending, and how many values are at most each.
+        self.values: list[float] = list(map(values.__getitem__, order))
+        self.cumulative: list[int] = list(accumulate(map(numbers.__getitem__, order)))
+        self.total: int = self.cumulative[-1] if values else 0
+        #: value x count, for the mean (fsum of all of them is exact whatever their order).
+        self.products: list[float] = list(map(mul, values, numbers))
+
+    def count_at_most(self, value: float) -> int:
+        i = bisect_right(self.values, value)
+        return self.cumulative[i - 1] if i else 0
+
+
+def counted_percentiles(*counts: Mapping[float, int] | OrderedCounts) -> Percentiles:
+    """Percentiles of a multiset given as value -> count (or the union of several such), equal to
+    ``Percentiles.of`` of the expanded values."""
+    parts = [c if isinstance(c, OrderedCounts) else OrderedCounts(c) for c in counts]
+    parts = [part for part in parts if part.total]
+    if not parts:
+        return Percentiles.of(())
+    total = sum(part.total for part in parts)
+    if len(parts) == 1:
+        (only,) = parts
+
+        def at(k: int) -> float:
+            # The k-th smallest value (0-based): the first value whose cumulative count exceeds k.
+            return only.values[bisect_right(only.cumulative, k)]
+
+    else:
+        # Every value of the union, ascending (sorted runs: the sort merges them). The k-th
+        # smallest of the union is the first of these with more than k values at most it,
+        # found by bisection (a count is one bisection per part), not by ordering all counts.
+        merged = sorted(chain.from_iterable(part.values for part in parts))
+
+        def at(k: int) -> float:
+            lo = 0
+            hi = len(merged) - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if sum(part.count_at_most(merged[mid]) for part in parts) > k:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return merged[lo]
 
     def pct(q: float) -> float:
         pos = (total - 1) * q / 100.0
@@ -43,7 +78,7 @@ def counted_percentiles(*counts: Mapping[float, int]) -> Percentiles:
         a = at(lo)
         return a + (at(hi) - a) * (pos - lo)
 
-    mean = math.fsum(map(mul, values, numbers)) / total
+    mean = math.fsum(chain.from_iterable(part.products for part in parts)) / total
     return Percentiles(total, mean, pct(50), pct(90), pct(99))
 
 
@@ -63,7 +98,7 @@ class Latencies:
     def of(
         cls,
         ttft: Iterable[float],
-        itl_gaps: Sequence[Mapping[float, int]],
+        itl_gaps: Sequence[Mapping[float, int] | OrderedCounts],
         tpot: Iterable[float],
         e2e: Iterable[float],
         queue_time: Iterable[float],

@@ -494,7 +494,8 @@ class DecodeRun(Generic[S]):
                     break
                 started = j + 1
                 r = j % bs
-                if acting[r] or j in lora_steps:
+                # (Emptiness first: compiled, each membership test boxes j.)
+                if acting[r] or (lora_steps and j in lora_steps):
                     self.num_starts = started
                     allocating = only_allocating[r]
                     if allocating and not lora_steps:
@@ -516,7 +517,7 @@ class DecodeRun(Generic[S]):
                         # before, but those whose prefill it was (absorbed): their first token has no gap.
                         gap = ends[j] - ends[j - 1]
                         count = batch[j]
-                        if j in first_tokens:
+                        if first_tokens and j in first_tokens:
                             count -= first_tokens[j]
                         gaps[gap] = gaps.get(gap, 0) + count
                     else:

@@ -53,10 +53,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
+from typing import TypeVar
 
 from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.sequence import Sequence
 from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+S = TypeVar("S", bound=Sequence)
 
 #: Block 0, never allocated (vLLM's null block: padding for skipped attention blocks).
 NULL_BLOCK = 0
@@ -251,13 +254,16 @@ class KVCache:
         seq.blocks += self._pop(1)
         return True
 
-    def append_blocks(self, seqs: Seq[Sequence]) -> bool:
+    def append_blocks(self, seqs: list[S]) -> bool:
         """Give each of ``seqs`` one more block, in that order (a decode step's boundary crossings,
         in batch order); False (and no change) if fewer blocks are free."""
-        if len(seqs) > self.num_usable_blocks - self.num_used:
+        count = len(seqs)
+        if count > self.num_usable_blocks - self.num_used:
             return False
-        for seq, block in zip(seqs, self._pop(len(seqs)), strict=True):
-            seq.blocks.append(block)
+        # By index over two lists (not zip): compiled (setup.py), a typed loop with no tuples.
+        new = self._pop(count)
+        for i in range(count):
+            seqs[i].blocks.append(new[i])
         return True
 
     def _pop(self, count: int) -> list[int]:
