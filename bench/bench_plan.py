@@ -63,7 +63,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def core() -> str:
-    """Which planner core this interpreter imported: setup.py's mypyc build, or the source."""
+    """Which planner core this interpreter imported: setup.py's mypyc build, or the source.
+
+    (Not ``llmsim.fleet.report.compiled_core``: a ``--baseline`` tree may predate it.)
+    """
     from llmsim.fleet import simulation
 
     return "compiled (mypyc)" if str(simulation.__file__).endswith(".so") else "pure Python"

@@ -47,6 +47,8 @@ def test_a_jsonl_workload_prints_the_table_and_writes_json(
     table = capsys.readouterr().out
     for label in ("TTFT", "ITL", "E2E", "queue time", "throughput", "7,609 blocks", "speed-up"):
         assert label in table
+    # The test suite runs the source (tests/fleet/test_compiled_core.py runs the compiled copy).
+    assert table.rstrip().endswith("x real time (pure Python core)")
     body = json.loads(out.read_text())
     assert body["num_requests"] == 1
     assert body["output_tokens"] == 3
@@ -56,6 +58,7 @@ def test_a_jsonl_workload_prints_the_table_and_writes_json(
     assert body["itl"]["p50"] == pytest.approx((roofline(1, 17) + roofline(1, 18)) / 2, rel=1e-12)
     assert body["num_preemptions"] == 0
     assert body["speedup"] > 0
+    assert body["compiled_core"] is False
 
 
 def test_a_yaml_workload_with_an_abort(config: Path, tmp_path: Path) -> None:

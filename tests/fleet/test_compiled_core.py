@@ -74,6 +74,21 @@ def test_the_copy_imports_the_compiled_modules_and_the_rest_as_source(compiled_t
     assert source == str(compiled_tree / "llmsim" / "fleet" / "spec.py")
 
 
+def test_llmsim_plan_says_it_ran_on_the_compiled_core(compiled_tree: Path) -> None:
+    # Two replicas of the embedded llama-3.1-8b, a few seconds of Poisson arrivals.
+    plan = ["plan", "--model", "llama-3.1-8b", "--replicas", "2", "--rate", "4", "--duration", "3"]
+    done = subprocess.run(
+        [sys.executable, "-m", "llmsim.cli", *plan, "--prompt-tokens", "64", "--output-tokens", "16"],
+        env=with_compiled(compiled_tree),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("x real time (compiled core)"), done.stdout
+
+
 @pytest.fixture(scope="module")
 def worker(compiled_tree: Path) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(

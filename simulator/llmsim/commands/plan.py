@@ -55,12 +55,15 @@ from llmsim.fleet import (
 )
 from llmsim.fleet.report import (
     comparison_json,
+    compiled_core,
     format_comparison,
     format_plan,
     format_search,
     format_sweep,
     plan_json,
     search_json,
+    speed_line,
+    speedup,
     sweep_json,
 )
 from llmsim.runtime import scheduler_params
@@ -407,13 +410,9 @@ def format_summary(model: str, params: SchedulerParams, s: SimulationSummary, wa
         f"KV cache    {s.kv_total_blocks + 1:,} blocks of {params.block_size} tokens ({s.kv_total_blocks:,} usable),"
         f" peak {s.kv_peak_used_blocks:,} used ({peak:.1%}), {s.num_preemptions:,} preemptions",
         prefix,
-        f"speed-up    {s.duration:,.1f} s simulated in {wall:,.2f} s wall = {speedup(s.duration, wall):,.0f}x real time",
+        speed_line(s.duration, wall),
     ]
     return "\n".join(lines)
-
-
-def speedup(simulated: float, wall: float) -> float:
-    return simulated / wall if wall > 0 else math.inf
 
 
 def summary_json(model: str, params: SchedulerParams, s: SimulationSummary, wall: float) -> dict[str, Any]:
@@ -434,6 +433,7 @@ def summary_json(model: str, params: SchedulerParams, s: SimulationSummary, wall
         "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
         "wall_seconds": wall,
         "speedup": speedup(s.duration, wall),
+        "compiled_core": compiled_core(),
     }
     result: dict[str, Any] = clean(body)
     return result

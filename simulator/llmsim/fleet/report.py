@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.fleet import simulation
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
 from llmsim.fleet.planner import FleetPlan, RateSweep, ReplicaSearch, Slo
 from llmsim.fleet.spec import FleetSpec
@@ -100,7 +101,7 @@ def format_plan(plan: FleetPlan, wall: float) -> str:
         f"throughput  {s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s"
         f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)",
         f"balance     load imbalance {s.load_imbalance:.2f} (max / mean requests per replica)",
-        f"speed-up    {s.duration:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(s.duration, wall):,.0f}x real time",
+        speed_line(s.duration, wall),
     ]
     return "\n".join(lines)
 
@@ -126,9 +127,7 @@ def format_comparison(plans: list[FleetPlan], wall: float) -> str:
             f"{_hit(s.prefix_hit_rate):>11}"
         )
     simulated = math.fsum(p.summary.duration for p in plans)
-    lines.append(
-        f"speed-up    {simulated:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(simulated, wall):,.0f}x real time"
-    )
+    lines.append(speed_line(simulated, wall))
     return "\n".join(lines)
 
 
@@ -158,9 +157,7 @@ def format_sweep(sweep: RateSweep, slo: Slo, wall: float) -> str:
     else:
         lines.append(f"highest rate meeting the SLO: {sweep.best_rate:g} req/s")
     simulated = math.fsum(p.plan.summary.duration for p in sweep.points)
-    lines.append(
-        f"speed-up    {simulated:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(simulated, wall):,.0f}x real time"
-    )
+    lines.append(speed_line(simulated, wall))
     return "\n".join(lines)
 
 
@@ -182,14 +179,23 @@ def format_search(search: ReplicaSearch, slo: Slo, wall: float) -> str:
     else:
         lines.append(f"fewest replicas of '{search.group}' meeting the SLO: {search.best_count}")
     simulated = math.fsum(plan.summary.duration for _, plan, _ in search.tried)
-    lines.append(
-        f"speed-up    {simulated:,.1f} s simulated in {wall:,.2f} s wall = {_speedup(simulated, wall):,.0f}x real time"
-    )
+    lines.append(speed_line(simulated, wall))
     return "\n".join(lines)
 
 
-def _speedup(simulated: float, wall: float) -> float:
+def speedup(simulated: float, wall: float) -> float:
     return simulated / wall if wall > 0 else math.inf
+
+
+def compiled_core() -> bool:
+    """Whether the virtual-time core runs compiled (setup.py's ``LLMSIM_COMPILE``), not from source."""
+    return not str(simulation.__file__).endswith(".py")
+
+
+def speed_line(simulated: float, wall: float) -> str:
+    """A report's last line: how much faster than real time the run was, and on which core."""
+    core = "compiled core" if compiled_core() else "pure Python core"
+    return f"speed-up    {simulated:,.1f} s simulated in {wall:,.2f} s wall = {speedup(simulated, wall):,.0f}x real time ({core})"
 
 
 # -- JSON -----------------------------------------------------------------------------------
@@ -271,7 +277,8 @@ def plan_json(plan: FleetPlan, wall: float) -> dict[str, Any]:
         "fleet": fleet_json(plan.fleet),
         "summary": summary_json(plan.summary),
         "wall_seconds": wall,
-        "speedup": _speedup(plan.summary.duration, wall),
+        "speedup": speedup(plan.summary.duration, wall),
+        "compiled_core": compiled_core(),
     }
     result: dict[str, Any] = _clean(body)
     return result
