@@ -168,6 +168,36 @@ def test_a_request_sent_while_replicas_start_sees_which_steps_have_started(monke
     assert everything(blind) != everything(stepped)
 
 
+def test_a_request_its_replica_refused_at_a_step_start_frees_a_client_for_the_step_after() -> None:
+    # One replica, one sequence slot and one waiting slot. A decodes in a run; B waits; C arrives
+    # during A's second step and is refused at the third one's start (the queue is full), which
+    # that same replica has just taken into its run. C's client sends D at once: D reaches the
+    # replica after its step started, so it waits for the next one, as in the stepping loop.
+    # (Found by the property test above: the replica that refused counted as not started yet,
+    # so its run was cut before a step it had started.)
+    params = tiny_params(
+        4, block_size=1, context_length=4, max_batch_tokens=2, max_num_sequences=1, max_waiting_requests=1
+    )
+    fleet = FleetSpec((ReplicaGroup("g", "m", params, 1),), RouterSpec("round-robin", 0.0))
+    c = FleetRequest(Prompt((Segment("c", 1),)), 1, 0.021)
+    b = FleetRequest(Prompt((Segment("b", 1),)), 1, 0.011)
+    a = FleetRequest(Prompt((Segment("a", 1),)), 3, 0.001)
+    d = FleetRequest(Prompt((Segment("d", 2),)), 1, 0.0, follows=0)
+    workload = FleetWorkload((c, b, a, d))
+    stepped = FleetSimulation(fleet, workload, keep_token_times=True, fast_forward=False).run()
+    jumped = FleetSimulation(fleet, workload, keep_token_times=True, fast_forward=True).run()
+    assert everything(jumped) == everything(stepped)
+    # A's steps: 10 ms each (tiny_params), from its arrival. C is refused at the start of A's
+    # third step, D (sent then) at the start of the step after: A's last token's time.
+    a_times = stepped.requests[2].token_times
+    refused_c, refused_d = stepped.requests[0], stepped.requests[3]
+    assert refused_c.rejected
+    assert refused_d.rejected
+    assert refused_c.arrival + refused_c.e2e == a_times[1]
+    assert refused_d.arrival == a_times[1]
+    assert refused_d.arrival + refused_d.e2e == a_times[2]
+
+
 def test_a_client_leaving_exactly_as_a_step_ends_stops_the_run_there() -> None:
     # Two requests decode together; B's client leaves at the instant of A's 10th token, which is
     # the end of a step of their run: that step releases B's 10th token too, the next does not

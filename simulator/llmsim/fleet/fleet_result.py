@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -64,7 +63,8 @@ class ReplicaReport:
     num_preemptions: int
     kv_total_blocks: int
     kv_peak_used_blocks: int
-    itl_gaps: Counter[float] = field(default_factory=Counter)
+    # Inter-token gap -> how many tokens left after it (the replica's ITL distribution).
+    itl_gaps: dict[float, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

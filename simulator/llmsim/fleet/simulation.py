@@ -187,14 +187,16 @@ class FleetSimulation:
         """Whether a step of ``replica``'s run starting at the current instant has started yet.
 
         In phase 3 the stepping loop would start it in its place among the replicas whose step
-        ended now (index order), before the replicas that were idle.
+        ended now (index order), before the replicas that were idle. Sends in phase 3 come after
+        a start (its refusals free slots and release followers): the replica just started, the
+        last one started, has passed too.
         """
         k = self.num_started
         if k <= 0:
             return False
         if k > self.num_ended:
             return True
-        return replica.index < self.starting[k - 1].index
+        return replica.index <= self.starting[k - 1].index
 
     def _changed(self, replica: Replica, version: int) -> None:
         """After a route or an abort: re-queue the replica's next event, or start it now if its run ended now."""
