@@ -24,7 +24,8 @@ class OrderedCounts:
 
     def __init__(self, counts: Mapping[float, int]) -> None:
         # The values sorted as floats (the sort's own float comparison: no key, no tuple per
-        # value), then their counts looked up: ~3x faster than ordering positions by a key.
+        # value), then their counts looked up: a quarter less time than ordering positions by
+        # a key and gathering both lists through them.
         values = sorted(counts)
         numbers = [counts[value] for value in values]
         #: Distinct values, ascending, and how many values are at most each.
