@@ -173,8 +173,8 @@ def test_a_request_its_replica_refused_at_a_step_start_frees_a_client_for_the_st
     # during A's second step and is refused at the third one's start (the queue is full), which
     # that same replica has just taken into its run. C's client sends D at once: D reaches the
     # replica after its step started, so it waits for the next one, as in the stepping loop.
-    # (Found by the property test above: the replica that refused counted as not started yet,
-    # so its run was cut before a step it had started.)
+    # (Found by test_own_blocks' random search over fleets(): the replica that refused counted
+    # as not started yet, so its run was cut before a step it had started.)
     params = tiny_params(
         4, block_size=1, context_length=4, max_batch_tokens=2, max_num_sequences=1, max_waiting_requests=1
     )

@@ -155,7 +155,7 @@ class Replica:
         # scheduler as it releases them: a decode step gives every sequence in it the same gap,
         # so this stays near one entry per step while a list would hold one float per token.
         # A plain dict, not a Counter: compiled, a dict subclass's get and set go through
-        # generic calls (~4x the instructions of the exact dict's fast path, once per step).
+        # generic calls (~1,700 instructions a step's pair against ~760 for an exact dict).
         self.itl_gaps: dict[float, int] = {}
         self.scheduler.itl_gaps = self.itl_gaps
 
