@@ -30,6 +30,7 @@ COMPILED_MODULES = (
     "llmsim/fleet/fleet_result.py",
     "llmsim/fleet/fleet_summary.py",
     "llmsim/fleet/replica.py",
+    "llmsim/fleet/replica_view.py",
     "llmsim/fleet/router.py",
     "llmsim/fleet/simulation.py",
 )

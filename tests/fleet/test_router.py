@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import pytest
 
 from llmsim.fleet import Prompt, RouterSpec, ScorerWeights, build_router
-from llmsim.fleet.router import ReplicaView
+from llmsim.fleet.replica_view import ReplicaView
 
 
-@dataclass
-class View:
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_usage: float = 0.0
-    block_size: int = 16
-    cached: int = 0
-    asked: list[Prompt] = field(default_factory=list)
+class View(ReplicaView):
+    """A replica's scraped values given by hand, and a prefix cache that records its lookups."""
+
+    def __init__(
+        self, num_running: int = 0, num_waiting: int = 0, kv_usage: float = 0.0, block_size: int = 16, cached: int = 0
+    ) -> None:
+        super().__init__(block_size, num_running, num_waiting, kv_usage)
+        self.cached = cached
+        self.asked: list[Prompt] = []
 
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
         self.asked.append(prompt)

@@ -25,7 +25,8 @@ from llmsim.fleet.planner import (
 )
 from llmsim.fleet.prompt import Prompt, Segment
 from llmsim.fleet.replica import Replica
-from llmsim.fleet.router import ReplicaView, Router, build_router
+from llmsim.fleet.replica_view import ReplicaView
+from llmsim.fleet.router import Router, build_router
 from llmsim.fleet.simulation import FleetSimulation, simulate_fleet
 from llmsim.fleet.spec import ROUTER_POLICIES, FleetSpec, ReplicaGroup, RouterPolicy, RouterSpec, ScorerWeights
 from llmsim.fleet.trace_file import load_trace, parse_trace

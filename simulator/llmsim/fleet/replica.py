@@ -34,11 +34,12 @@ from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import BlockHasher, Prompt
+from llmsim.fleet.replica_view import ReplicaView
 from llmsim.fleet.workload import FleetRequest
 from llmsim.types import RequestId
 
 
-class Replica:
+class Replica(ReplicaView):
     """One simulated vLLM replica, its router-side view and its counters.
 
     Parameters
@@ -71,7 +72,6 @@ class Replica:
         "_scrape_index",
         "_step_duration",
         "batch_total",
-        "block_size",
         "busy_time",
         "deadline",
         "in_flight",
@@ -79,14 +79,11 @@ class Replica:
         "index",
         "itl_gaps",
         "kv_peak_blocks",
-        "kv_usage",
         "name",
         "next_scrape",
         "num_preemptions",
         "num_routed",
-        "num_running",
         "num_steps",
-        "num_waiting",
         "run",
         "scheduler",
         "starting",
@@ -105,6 +102,7 @@ class Replica:
         *,
         fast_forward: bool = True,
     ) -> None:
+        super().__init__(params.block_size)
         self.index = index
         self.name = name
         if params.enable_kv_cache_events:
@@ -117,7 +115,6 @@ class Replica:
             )
         self._hasher = hasher if params.enable_prefix_caching else None
         self._fast_forward = fast_forward
-        self.block_size = params.block_size
         self._step_duration = self.scheduler.step_duration
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
         self.inbox: list[Sequence] = []
@@ -134,10 +131,8 @@ class Replica:
         self.version = 0
         # Set while the fleet loop has queued this replica to start a step at the current instant.
         self.starting = False
-        # The router's view: the last scrape (live state when the interval is 0).
-        self.num_running = 0
-        self.num_waiting = 0
-        self.kv_usage = 0.0
+        # The router's view (num_running, num_waiting, kv_usage): the last scrape (live state
+        # when the interval is 0).
         self._interval = scrape_interval
         self._phase = scrape_phase
         self._scrape_index = 0
@@ -276,11 +271,16 @@ class Replica:
         last = run.num_starts
         self.num_steps += last - first
         busy = self.busy_time
-        # Summed one by one, in the stepping loop's order (the same float).
-        for duration in run.durations[first:last]:
-            busy += duration
+        sequences = self.batch_total
+        durations = run.durations
+        batch = run.batch
+        # Summed one by one, in the stepping loop's order (the same float); by index, not over
+        # slices: compiled, no list is made and the floats are read unboxed.
+        for j in range(first, last):
+            busy += durations[j]
+            sequences += batch[j]
         self.busy_time = busy
-        self.batch_total += sum(run.batch[first:last])
+        self.batch_total = sequences
         if run.peak_used > self.kv_peak_blocks:
             self.kv_peak_blocks = run.peak_used
 

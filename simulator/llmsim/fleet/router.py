@@ -1,6 +1,6 @@
 """Routers: each picks a replica for a request from the replicas as a gateway sees them.
 
-A router reads only a :class:`ReplicaView`: the metrics of each replica's last scrape (running,
+A router reads only a :class:`~llmsim.fleet.replica_view.ReplicaView`: the metrics of each replica's last scrape (running,
 waiting, KV-cache usage) and the length of the longest cached prefix of the prompt. Ties are
 broken at random with the router's seeded generator, as the inference extension's
 ``max-score-picker`` shuffles before it sorts: a fixed tie-break would send every request of a
@@ -25,27 +25,11 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from llmsim.fleet.prompt import Prompt
+from llmsim.fleet.replica_view import ReplicaView
 from llmsim.fleet.spec import RouterPolicy, RouterSpec, ScorerWeights
-
-
-class ReplicaView(Protocol):
-    """One replica as a router sees it: metric values as of its last scrape."""
-
-    # vllm:num_requests_running
-    num_running: int
-    # vllm:num_requests_waiting (requests routed there and not yet running)
-    num_waiting: int
-    # vllm:kv_cache_usage_perc, 0..1
-    kv_usage: float
-    # vllm:cache_config_info's block_size
-    block_size: int
-
-    def cached_prefix_tokens(self, prompt: Prompt) -> int:
-        """Leading tokens of ``prompt`` the replica's prefix cache holds."""
-        ...
 
 
 class Router(ABC):
@@ -67,7 +51,11 @@ class Router(ABC):
 
     def _argmin(self, values: list[float]) -> int:
         """Index of the smallest value, ties broken at random."""
-        best = min(values)
+        # A loop, not min(): compiled, it compares unboxed floats.
+        best = values[0]
+        for v in values:
+            if v < best:
+                best = v
         ties = [i for i, v in enumerate(values) if v == best]
         return ties[0] if len(ties) == 1 else self.rng.choice(ties)
 
