@@ -39,6 +39,31 @@ def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts:
     assert_percentiles_of_expanded(parts)
 
 
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.25, 2.0, 7.5, 1e-3]), st.integers(0, 5)), max_size=40).map(
+        lambda pairs: ([v for v, _ in pairs], [c for _, c in pairs])
+    )
+)
+def test_ordered_counts_of_entries_merge_repeated_values(entries: tuple[list[float], list[int]]) -> None:
+    # What a replica counts: (gap, count) entries in counting order, a gap often in several.
+    values, counts = entries
+    merged: Counter[float] = Counter()
+    for value, count in zip(values, counts, strict=True):
+        merged[value] += count
+    got = OrderedCounts.of_entries(values, counts)
+    want = OrderedCounts(merged)
+    assert (got.values, got.cumulative, got.total, got.products) == (
+        want.values,
+        want.cumulative,
+        want.total,
+        want.products,
+    )
+    # And by hand: the distinct values ascending, the running totals of their counts.
+    assert got.values == sorted(set(values))
+    assert got.cumulative == [sum(c for v, c in zip(values, counts, strict=True) if v <= x) for x in got.values]
+    assert_percentiles_of_expanded([dict(merged)])
+
+
 def test_a_fleet_summary_counts_each_request_once_where_it_belongs() -> None:
     # Two replicas. Replica 0: a finished request (ttft 0.5, e2e 2, queue 0.25, tpot 0.1, 100 of
     # 200 prompt tokens hit) and a rejected one. Replica 1: a finished request (ttft 1.5, e2e 4,
@@ -52,7 +77,7 @@ def test_a_fleet_summary_counts_each_request_once_where_it_belongs() -> None:
         RequestOutcome(3, 1, 1.0, 200, 3, abort, 2.0, 3.0, 1.0, 0, 0.5, 0, 200),
         RequestOutcome(4, -1, 2.0, 200, 0, abort, None, 0.0, 0.0, 0, None),
     ]
-    reports = [ReplicaReport(f"g/{k}", "g", "m", 2, 10, 5.0, 20, 0, 100, 50, Counter({0.1: 9})) for k in range(2)]
+    reports = [ReplicaReport(f"g/{k}", "g", "m", 2, 10, 5.0, 20, 0, 100, 50, [0.1, 0.1], [4, 5]) for k in range(2)]
     summary = FleetResult(outcomes, reports, 10.0).summary()
     one, two = summary.replicas
     assert (one.num_requests, one.num_finished, one.num_aborted, one.num_rejected) == (2, 1, 0, 1)

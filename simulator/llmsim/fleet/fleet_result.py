@@ -101,8 +101,18 @@ class ReplicaReport:
     num_preemptions: int
     kv_total_blocks: int
     kv_peak_used_blocks: int
-    # Inter-token gap -> how many tokens left after it (the replica's ITL distribution).
-    itl_gaps: dict[float, int] = field(default_factory=dict)
+    # The replica's ITL distribution: inter-token gaps and how many tokens left after each, as
+    # counted (a value may repeat; see ItlGaps).
+    itl_gap_values: list[float] = field(default_factory=list)
+    itl_gap_counts: list[int] = field(default_factory=list)
+
+    @property
+    def itl_gaps(self) -> dict[float, int]:
+        """Inter-token gap -> how many tokens left after it."""
+        merged: dict[float, int] = {}
+        for gap, count in zip(self.itl_gap_values, self.itl_gap_counts, strict=True):
+            merged[gap] = merged.get(gap, 0) + count
+        return merged
 
 
 @dataclass(slots=True)
@@ -130,7 +140,7 @@ class FleetResult:
         fleet.aborted = len(self.requests) - len(sent)
         replicas = []
         for report, outcomes in zip(self.replicas, per_replica, strict=True):
-            gaps = OrderedCounts(report.itl_gaps)
+            gaps = OrderedCounts.of_entries(report.itl_gap_values, report.itl_gap_counts)
             fleet_gaps.append(gaps)
             tally = _Tally(outcomes)
             fleet.add(tally)

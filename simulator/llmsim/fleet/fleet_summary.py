@@ -35,6 +35,47 @@ class OrderedCounts:
         #: value x count, for the mean (fsum of all of them is exact whatever their order).
         self.products: list[float] = list(map(mul, values, numbers))
 
+    @classmethod
+    def of_entries(cls, values: list[float], counts: list[int]) -> OrderedCounts:
+        """The multiset of ``counts[i]`` times ``values[i]`` for every ``i``, a value possibly in
+        several entries: the same as ``OrderedCounts`` of the merged value -> count.
+
+        What a replica counts (``ItlGaps``: about one entry per step; in the bench's 16-replica
+        fleet, 120 s of arrivals, 293k entries of which 39 % repeat a value). Positions are
+        ordered by value once, then one pass merges equal neighbours: 331 M instructions
+        compiled there, against 542 M for filling a value -> count dict as tokens left (250 M)
+        and ordering it (292 M). Sorting (value, count) tuples instead cost 2.5x as much.
+        """
+        ordered = cls({})
+        distinct: list[float] = []
+        cumulative: list[int] = []
+        products: list[float] = []
+        total = 0
+        last = 0.0
+        pending = -1  # no value yet
+        for i in sorted(range(len(values)), key=values.__getitem__):
+            value = values[i]
+            if value == last and pending >= 0:
+                pending += counts[i]
+                continue
+            if pending >= 0:
+                total += pending
+                distinct.append(last)
+                cumulative.append(total)
+                products.append(last * pending)
+            last = value
+            pending = counts[i]
+        if pending >= 0:
+            total += pending
+            distinct.append(last)
+            cumulative.append(total)
+            products.append(last * pending)
+        ordered.values = distinct
+        ordered.cumulative = cumulative
+        ordered.total = total
+        ordered.products = products
+        return ordered
+
     def count_at_most(self, value: float) -> int:
         i = bisect_right(self.values, value)
         return self.cumulative[i - 1] if i else 0

@@ -360,7 +360,8 @@ class FleetSimulation:
                 num_preemptions=rep.num_preemptions,
                 kv_total_blocks=rep.scheduler.kv.num_usable_blocks,
                 kv_peak_used_blocks=rep.kv_peak_blocks,
-                itl_gaps=rep.itl_gaps,
+                itl_gap_values=rep.itl_gaps.values,
+                itl_gap_counts=rep.itl_gaps.counts,
             )
             for rep, (group, model) in zip(self.replicas, self.groups, strict=True)
         ]

@@ -47,7 +47,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput
+from llmsim.engine.scheduler.scheduler import ItlGaps, Scheduler, SchedulerOutput
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import StepStats
 
@@ -592,7 +592,7 @@ class DecodeRun(Generic[S]):
                         count = batch[j]
                         if j == absorbed_step:
                             count -= self._absorbed_first_tokens
-                        gaps[gap] = gaps.get(gap, 0) + count
+                        gaps.add(gap, count)
                     else:
                         self._count_gaps(gaps)
                 ended = j + 1
@@ -610,19 +610,17 @@ class DecodeRun(Generic[S]):
         self._next_finish = f
         self.sched.num_steps += started - first
 
-    def _count_gaps(self, gaps: dict[float, int]) -> None:
+    def _count_gaps(self, gaps: ItlGaps) -> None:
         """The inter-token gaps of step 0's releases (before a finish extends any token times):
         each sequence's own previous release, usually the end of the step before the run."""
         end = self.ends[0]
         previous = [seq.token_times[-1] for seq in self.seqs]
         if previous.count(previous[0]) == len(previous):
             # All released at the end of the step before (the usual case): one gap.
-            gap = end - previous[0]
-            gaps[gap] = gaps.get(gap, 0) + len(previous)
+            gaps.add(end - previous[0], len(previous))
             return
         for before in previous:
-            gap = end - before
-            gaps[gap] = gaps.get(gap, 0) + 1
+            gaps.add(end - before, 1)
 
     def _start(self, j: int) -> bool:
         """Step ``j`` is scheduled: its block allocations and cache stores, in batch order. False if

@@ -147,6 +147,28 @@ def admission_cutoff(params: SchedulerParams, step_start: float, previous_start:
     return previous_start if params.async_scheduling and busy else step_start
 
 
+class ItlGaps:
+    """Inter-token gaps as (value, count) entries in the order they were counted; a value may
+    appear in several entries.
+
+    Entries, not a value -> count dict: a decode run counts one gap per step and most steps'
+    gap is a value of its own (the context grows), so a dict held nearly one key per step all
+    the same, and a hash and an insert per step cost more than two appends (the fleet bench,
+    compiled: 3,150 -> 2,900 M instructions). Whoever reads the distribution merges the
+    entries, once.
+    """
+
+    __slots__ = ("counts", "values")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.counts: list[int] = []
+
+    def add(self, gap: float, count: int) -> None:
+        self.values.append(gap)
+        self.counts.append(count)
+
+
 class Scheduler(Generic[S]):
     """Decides each step's batch; time only enters as the numbers passed in (``now``).
 
@@ -179,10 +201,10 @@ class Scheduler(Generic[S]):
         self.watermark_blocks = int(params.watermark * num_blocks)
         self.num_steps = 0
         self.num_preemptions = 0
-        # Inter-token gaps as value -> count, when a caller asks for them (a fleet replica's ITL
-        # histogram): counted as tokens are released, so a decode run adds one entry per step
-        # rather than one per token (every sequence of a decode step gets the same gap).
-        self.itl_gaps: dict[float, int] | None = None
+        # Inter-token gaps, when a caller asks for them (a fleet replica's ITL histogram):
+        # counted as tokens are released, so a decode run adds one entry per step rather than
+        # one per token (every sequence of a decode step gets the same gap).
+        self.itl_gaps: ItlGaps | None = None
         self._max_batch_tokens = params.max_batch_tokens
         self._max_num_sequences = params.max_num_sequences
 
@@ -455,8 +477,7 @@ class Scheduler(Generic[S]):
         released = result.released
         finished = result.finished
         gaps = self.itl_gaps
-        # Gaps are counted per run of equal ones (a decode step's sequences mostly share theirs):
-        # a key enters the dict at its first occurrence all the same, so its order is kept.
+        # Gaps are counted per run of equal ones (a decode step's sequences mostly share theirs).
         gap_run = 0.0
         gap_count = 0
         # Once per scheduled sequence per step; the only allocation per token is the time stamp.
@@ -474,7 +495,7 @@ class Scheduler(Generic[S]):
                     gap = now - times[-1]
                     if gap != gap_run or not gap_count:
                         if gap_count:
-                            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
+                            gaps.add(gap_run, gap_count)
                         gap_run = gap
                         gap_count = 0
                     gap_count += 1
@@ -489,7 +510,7 @@ class Scheduler(Generic[S]):
                 finished.append(seq)
         if gap_count:
             assert gaps is not None
-            gaps[gap_run] = gaps.get(gap_run, 0) + gap_count
+            gaps.add(gap_run, gap_count)
         if finished:
             # One pass instead of list.remove per finished sequence.
             self.running = [s for s in self.running if s.status is _RUNNING]
