@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from llmsim.engine.scheduler import Percentiles
 from llmsim.fleet import FleetResult, OrderedCounts, ReplicaReport, RequestOutcome, counted_percentiles
+from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.types import FinishReason
 
 
@@ -44,23 +45,28 @@ def test_counted_percentiles_of_several_counters_are_those_of_their_union(parts:
         lambda pairs: ([v for v, _ in pairs], [c for _, c in pairs])
     )
 )
-def test_ordered_counts_of_entries_merge_repeated_values(entries: tuple[list[float], list[int]]) -> None:
+def test_merged_entries_are_the_distinct_values_and_their_summed_counts(
+    entries: tuple[list[float], list[int]],
+) -> None:
     # What a replica counts: (gap, count) entries in counting order, a gap often in several.
     values, counts = entries
     merged: Counter[float] = Counter()
     for value, count in zip(values, counts, strict=True):
         merged[value] += count
-    got = OrderedCounts.of_entries(values, counts)
-    want = OrderedCounts(merged)
+    want = sorted((v, c) for v, c in merged.items() if c)
+    distinct, sums = merged_entries(values, counts)
+    assert list(zip(distinct, sums, strict=True)) == want
+    # The same whatever the entries' order or split (stepping and jumping differ in both).
+    split = [(v, 1) for v, c in zip(values, counts, strict=True) for _ in range(c)]
+    assert merged_entries([v for v, _ in reversed(split)], [c for _, c in reversed(split)]) == (distinct, sums)
+    got = OrderedCounts.of_sorted(distinct, sums)
+    expect = OrderedCounts({v: c for v, c in want})
     assert (got.values, got.cumulative, got.total, got.products) == (
-        want.values,
-        want.cumulative,
-        want.total,
-        want.products,
+        expect.values,
+        expect.cumulative,
+        expect.total,
+        expect.products,
     )
-    # And by hand: the distinct values ascending, the running totals of their counts.
-    assert got.values == sorted(set(values))
-    assert got.cumulative == [sum(c for v, c in zip(values, counts, strict=True) if v <= x) for x in got.values]
     assert_percentiles_of_expanded([dict(merged)])
 
 
@@ -77,7 +83,7 @@ def test_a_fleet_summary_counts_each_request_once_where_it_belongs() -> None:
         RequestOutcome(3, 1, 1.0, 200, 3, abort, 2.0, 3.0, 1.0, 0, 0.5, 0, 200),
         RequestOutcome(4, -1, 2.0, 200, 0, abort, None, 0.0, 0.0, 0, None),
     ]
-    reports = [ReplicaReport(f"g/{k}", "g", "m", 2, 10, 5.0, 20, 0, 100, 50, [0.1, 0.1], [4, 5]) for k in range(2)]
+    reports = [ReplicaReport(f"g/{k}", "g", "m", 2, 10, 5.0, 20, 0, 100, 50, [0.1], [9]) for k in range(2)]
     summary = FleetResult(outcomes, reports, 10.0).summary()
     one, two = summary.replicas
     assert (one.num_requests, one.num_finished, one.num_aborted, one.num_rejected) == (2, 1, 0, 1)

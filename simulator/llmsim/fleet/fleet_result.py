@@ -101,18 +101,15 @@ class ReplicaReport:
     num_preemptions: int
     kv_total_blocks: int
     kv_peak_used_blocks: int
-    # The replica's ITL distribution: inter-token gaps and how many tokens left after each, as
-    # counted (a value may repeat; see ItlGaps).
+    # The replica's ITL distribution: the distinct inter-token gaps, ascending, and how many
+    # tokens left after each (``merged_entries`` of what the replica counted).
     itl_gap_values: list[float] = field(default_factory=list)
     itl_gap_counts: list[int] = field(default_factory=list)
 
     @property
     def itl_gaps(self) -> dict[float, int]:
         """Inter-token gap -> how many tokens left after it."""
-        merged: dict[float, int] = {}
-        for gap, count in zip(self.itl_gap_values, self.itl_gap_counts, strict=True):
-            merged[gap] = merged.get(gap, 0) + count
-        return merged
+        return dict(zip(self.itl_gap_values, self.itl_gap_counts, strict=True))
 
 
 @dataclass(slots=True)
@@ -140,7 +137,7 @@ class FleetResult:
         fleet.aborted = len(self.requests) - len(sent)
         replicas = []
         for report, outcomes in zip(self.replicas, per_replica, strict=True):
-            gaps = OrderedCounts.of_entries(report.itl_gap_values, report.itl_gap_counts)
+            gaps = OrderedCounts.of_sorted(report.itl_gap_values, report.itl_gap_counts)
             fleet_gaps.append(gaps)
             tally = _Tally(outcomes)
             fleet.add(tally)

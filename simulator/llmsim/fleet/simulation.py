@@ -30,6 +30,7 @@ from collections import deque
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.virtual import collector_paused
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
+from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.router import build_router
@@ -348,23 +349,25 @@ class FleetSimulation:
     def _result(self) -> FleetResult:
         outcomes = self.outcomes
         assert all(o is not None for o in outcomes), "a request neither ended nor was abandoned"
-        reports = [
-            ReplicaReport(
-                name=rep.name,
-                group=group,
-                model=model,
-                num_routed=rep.num_routed,
-                num_steps=rep.num_steps,
-                busy_time=rep.busy_time,
-                batch_total=rep.batch_total,
-                num_preemptions=rep.num_preemptions,
-                kv_total_blocks=rep.scheduler.kv.num_usable_blocks,
-                kv_peak_used_blocks=rep.kv_peak_blocks,
-                itl_gap_values=rep.itl_gaps.values,
-                itl_gap_counts=rep.itl_gaps.counts,
+        reports = []
+        for rep, (group, model) in zip(self.replicas, self.groups, strict=True):
+            gap_values, gap_counts = merged_entries(rep.itl_gaps.values, rep.itl_gaps.counts)
+            reports.append(
+                ReplicaReport(
+                    name=rep.name,
+                    group=group,
+                    model=model,
+                    num_routed=rep.num_routed,
+                    num_steps=rep.num_steps,
+                    busy_time=rep.busy_time,
+                    batch_total=rep.batch_total,
+                    num_preemptions=rep.num_preemptions,
+                    kv_total_blocks=rep.scheduler.kv.num_usable_blocks,
+                    kv_peak_used_blocks=rep.kv_peak_blocks,
+                    itl_gap_values=gap_values,
+                    itl_gap_counts=gap_counts,
+                )
             )
-            for rep, (group, model) in zip(self.replicas, self.groups, strict=True)
-        ]
         return FleetResult([o for o in outcomes if o is not None], reports, self.end)
 
 
