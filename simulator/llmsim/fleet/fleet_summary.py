@@ -6,8 +6,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain
-from operator import mul
+from itertools import chain
 
 from llmsim.engine.scheduler.simulation_summary import Percentiles
 
@@ -27,19 +26,19 @@ class OrderedCounts:
         # value), then their counts looked up: a quarter less time than ordering positions by
         # a key and gathering both lists through them.
         values = sorted(counts)
-        numbers = [counts[value] for value in values]
-        #: Distinct values, ascending, and how many values are at most each.
-        self.values: list[float] = values
-        self.cumulative: list[int] = list(accumulate(numbers))
-        self.total: int = self.cumulative[-1] if values else 0
-        #: value x count, for the mean (fsum of all of them is exact whatever their order).
-        self.products: list[float] = list(map(mul, values, numbers))
+        self._fill(values, [counts[value] for value in values])
 
     @classmethod
     def of_sorted(cls, values: list[float], counts: list[int]) -> OrderedCounts:
         """``counts[i]`` times ``values[i]`` for every ``i``, the values distinct and ascending
         (what :func:`merged_entries` gives)."""
         ordered = cls({})
+        ordered._fill(values, counts)
+        return ordered
+
+    def _fill(self, values: list[float], counts: list[int]) -> None:
+        # One loop over typed lists: compiled, ``accumulate`` and ``map(mul, ...)`` went
+        # through generic iterators (the 16-replica summary 280 -> 322 M instructions).
         cumulative: list[int] = []
         products: list[float] = []
         total = 0
@@ -48,11 +47,12 @@ class OrderedCounts:
             total += count
             cumulative.append(total)
             products.append(values[i] * count)
-        ordered.values = values
-        ordered.cumulative = cumulative
-        ordered.total = total
-        ordered.products = products
-        return ordered
+        #: Distinct values, ascending, and how many values are at most each.
+        self.values: list[float] = values
+        self.cumulative: list[int] = cumulative
+        self.total: int = total
+        #: value x count, for the mean (fsum of all of them is exact whatever their order).
+        self.products: list[float] = products
 
     def count_at_most(self, value: float) -> int:
         i = bisect_right(self.values, value)
