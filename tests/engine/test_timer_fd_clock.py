@@ -1,6 +1,7 @@
 """TimerFdClock in real time: never wakes before a deadline, wakes sleepers in deadline order.
 
-Only orderings and "not before" are asserted (a loaded machine may wake anyone late, never early).
+Only orderings and "not before" are asserted (a loaded machine may wake anyone late, never early),
+and the armed lead's bounds; how much lag the lead removes is bench_live_timing's to measure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from llmsim.engine.clock import ManualClock, MonotonicClock
-from llmsim.engine.timer_fd_clock import TimerFdClock, precise
+from llmsim.engine.timer_fd_clock import MAX_LEAD_S, WAKE_WINDOW, TimerFdClock, precise, wake_lead
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -27,6 +28,32 @@ async def test_a_sleep_never_ends_before_its_deadline_and_reports_its_lag() -> N
         woke = time.monotonic()
         assert woke >= deadline
         assert 0.0 <= lag <= woke - deadline
+
+
+def test_the_lead_is_the_quickest_quarters_lateness_and_never_over_its_cap() -> None:
+    us = 1e-6
+    # 32 wake-ups 1..32 µs late, shuffled: sorted, index 32 // 4 = 8 holds 9 µs; 8 of them
+    # (1..8 µs) come quicker than that and spin, the other 24 are late by what exceeds it.
+    lateness = [((k * 13) % 32 + 1) * us for k in range(32)]
+    assert sorted(lateness) == [(k + 1) * us for k in range(32)]
+    assert wake_lead(lateness) == pytest.approx(9 * us)
+    assert wake_lead([0.4e-3, 0.1e-3, 0.3e-3, 0.2e-3]) == pytest.approx(0.2e-3)
+    # A loop whose own work made every wake-up late by milliseconds: the spin stays bounded.
+    assert wake_lead([5e-3] * WAKE_WINDOW) == MAX_LEAD_S
+
+
+async def test_once_armed_a_lead_early_a_sleep_still_never_ends_before_its_deadline() -> None:
+    clock = TimerFdClock()
+    assert clock.lead == 0.0
+    start = time.monotonic()
+    for i in range(1, 3 * WAKE_WINDOW + 1):
+        deadline = start + i * 0.0013
+        lag = await clock.sleep_until(deadline)
+        assert time.monotonic() >= deadline
+        assert lag >= 0.0
+    # Every wake-up runs after the fd fired, so some lateness was measured and the timer now
+    # fires ahead of the deadline (the spin covering the rest), by no more than the cap.
+    assert 0.0 < clock.lead <= MAX_LEAD_S
 
 
 async def test_sleepers_wake_in_deadline_order_whatever_order_they_slept_in() -> None:
