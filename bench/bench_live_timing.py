@@ -202,12 +202,20 @@ def run_cpu(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def open_loop_client(url: str, arrivals: list[float], prompt_tokens: int, output_tokens: int) -> list[list[float]]:
-    """Send each request at its scheduled time; return per request [send lateness, ttft, e2e, itl...]."""
+    """Send each request at its scheduled time; return per request [send lateness, ttft, e2e, itl...].
+
+    On time to within a loop iteration (``llmsim bench``'s own wait): a bare ``asyncio.sleep`` on
+    uvloop fires up to a millisecond early or late, so the server would see another workload than
+    the one predicted (the arrivals' jitter, not the server, moved the simulated TTFT p50 by
+    0.25-0.5 ms in a replay here).
+    """
     import aiohttp
     import uvloop
 
+    from llmsim.benchmark.client import sleep_until
+
     async def one(session: aiohttp.ClientSession, t0: float, i: int, out: list[list[float]]) -> None:
-        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+        await sleep_until(t0 + arrivals[i])
         sent = time.monotonic()
         ids = [(i * 7919 + k) % 30000 + 1 for k in range(prompt_tokens)]
         body = {"model": MODEL, "prompt": ids, "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
@@ -243,6 +251,8 @@ def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, ou
     """
     import uvloop
 
+    from llmsim.benchmark.client import sleep_until
+
     host, port = url.removeprefix("http://").split(":")
 
     def request(i: int) -> bytes:
@@ -267,7 +277,7 @@ def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, ou
         payload = request(i)
         await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic() - 0.005))
         reader, writer = await connection()
-        await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.monotonic()))
+        await sleep_until(t0 + arrivals[i])
         sent = time.monotonic()
         writer.write(payload)
         times: list[float] = []
