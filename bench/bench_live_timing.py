@@ -18,7 +18,8 @@ left is the server's and the kernel's) and aiohttp (what a typical client adds);
 TTFT/ITL/E2E p50 against the prediction, with the server's own simulated TTFT and lag beside
 them. Then one request at a time on an idle server splits a lone request's TTFT exactly into the
 simulated TTFT, the first token's lag and the way in and out (``idle_breakdown``).
-With ``--baseline`` every server part runs for that tree too.
+With ``--baseline`` every server part runs for that tree too. Last, each of issue 13's goals
+this run measured, met or missed, for this tree (:func:`goal_checks`).
 
     .venv/bin/python bench/bench_live_timing.py [--part cpu|ttft|all] [--levels 32,64,128] [--rounds 3]
 
@@ -470,6 +471,39 @@ def replay_ttft(root: Path, client: str, arrivals: list[float], prompt: int, out
     }
 
 
+def goal_checks(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 13's goals against this run's medians (this tree, ``llmsim``), each met or not.
+
+    CPU per token ≤ 1.5x the floor at 64 streams and ≤ 1.3x at 128; at every level, lag p50 ≤
+    0.5 ms and lag p99 ≤ 1 ms + 0.02 ms per stream; TTFT p50 of the raw-socket client within 2 %
+    or 0.5 ms (whichever is larger) of the prediction, ITL and E2E p50 within 2 %. (The raw client:
+    what aiohttp adds on the client's own loop is the client's.)
+    """
+    checks: list[dict[str, Any]] = []
+
+    def check(goal: str, value: float, limit: float, unit: str) -> None:
+        checks.append({"goal": goal, "value": value, "limit": limit, "unit": unit, "met": value <= limit})
+
+    for level, row in out.get("cpu", {}).items():
+        m = row["median"]
+        cpu_limit = {"64": 1.5, "128": 1.3}.get(level)
+        if cpu_limit is not None:
+            check(f"CPU per token / floor, {level} streams", m["ratio_to_floor"]["llmsim"], cpu_limit, "x")
+        check(f"lag p50, {level} streams", m["llmsim"]["lag_p50_ms"], 0.5, "ms")
+        check(f"lag p99, {level} streams", m["llmsim"]["lag_p99_ms"], 1.0 + 0.02 * int(level), "ms")
+    ttft = out.get("ttft")
+    if ttft is not None:
+        predicted = ttft["predicted_ms"]
+        measured = ttft["replays"]["llmsim/raw"]["measured_ms"]
+        allowed = max(0.02 * predicted["ttft"], 0.5)
+        check("|TTFT p50 - prediction|, raw client", abs(measured["ttft"] - predicted["ttft"]), allowed, "ms")
+        for key in ("itl", "e2e"):
+            check(
+                f"|{key.upper()} p50 - prediction|, raw client", abs(measured[key] / predicted[key] - 1) * 100, 2.0, "%"
+            )
+    return checks
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", choices=["cpu", "ttft", "all"], default="all")
@@ -492,6 +526,12 @@ def main() -> None:
         out["cpu"] = run_cpu(args)
     if args.part in ("ttft", "all"):
         out["ttft"] = run_ttft(args)
+    out["goals"] = checks = goal_checks(out)
+    print("\nIssue 13's goals in this run (this tree):")
+    for c in checks:
+        print(
+            f"  {'met   ' if c['met'] else 'MISSED'} {c['goal']}: {c['value']:.2f} {c['unit']} (limit {c['limit']:.2f} {c['unit']})"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     print(f"wrote {args.out}")
