@@ -165,6 +165,8 @@ class TimerFdClock:
         loop.add_reader(fd, self._on_ready)
 
     def _arm(self, deadline: float) -> None:
+        # A lead early, rounded up to the nanosecond: never before ``deadline - lead`` (the sleeper
+        # spins from there to the deadline itself).
         fires_at = deadline - self._lead
         seconds = math.floor(fires_at)
         nanos = math.ceil((fires_at - seconds) * 1e9)
