@@ -10,11 +10,13 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
+from llmsim.api.arrival_watch import ArrivalWatch
 from llmsim.api.dev_routes import dev_mode, dev_routes
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
@@ -164,8 +166,10 @@ def build_engine(
     observer: EngineObserver,
     file: str,
     gate: ReleaseGate | None = None,
+    poll_arrivals: Callable[[], None] | None = None,
 ) -> BuiltEngine:
-    """One engine for one model (a scheduler engine's releases on ``gate``). Raises ConfigError."""
+    """One engine for one model (a scheduler engine's releases on ``gate``, noting arrivals
+    during its passes with ``poll_arrivals``). Raises ConfigError."""
     _check_sections(model, config, file)
     if model.engine == "scheduler":
         assert model.kv_cache is not None
@@ -198,7 +202,7 @@ def build_engine(
             logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
         # One sleep per step, so the step loop can afford a timer that wakes at the deadline's
         # microsecond rather than the event loop's millisecond (most of a quiet server's lag).
-        return BuiltEngine(SchedulerEngine(params, precise(clock), observer, gate), info, cache_config)
+        return BuiltEngine(SchedulerEngine(params, precise(clock), observer, gate, poll_arrivals), info, cache_config)
     if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
         raise ConfigError(
             file,
@@ -223,6 +227,7 @@ def _serve_model(
     created: int,
     crash: Crash,
     gate: ReleaseGate | None = None,
+    poll_arrivals: Callable[[], None] | None = None,
 ) -> ServedModel:
     """One model's metrics, KV-event stream, engine and generator, wired together."""
     max_lora = model.lora.max_loras if model.lora is not None else None
@@ -243,7 +248,7 @@ def _serve_model(
         stream = KVEventStream(publisher, events.topic, model=model.name, event_format=events.event_format)
         logger.info("model %s: KV-cache events on %s, topic %r", model.name, events.endpoint, stream.topic)
         observer = ObserverGroup(metrics, stream)
-    built = build_engine(config, model, clock, observer, file, gate)
+    built = build_engine(config, model, clock, observer, file, gate, poll_arrivals)
     metrics.bind(built.engine.snapshot, built.cache_config)
     if model.engine != "scheduler" and model.lora is not None:
         for adapter in model.lora.adapters:
@@ -280,6 +285,8 @@ class Runtime:
     state: ApiState
     app: LlmsimApp
     metrics: MetricsHub
+    # For the HTTP protocol's arrival stamps (None: no scheduler engine, no step loop to poll it).
+    arrival_watch: ArrivalWatch | None = None
 
 
 def build_runtime(
@@ -308,9 +315,14 @@ def build_runtime(
     publishers: dict[str, ZmqPublisher] = {}
     # One for the event loop: every scheduler engine's releases go before any request's work.
     gate = ReleaseGate(clock.now) if any(m.engine == "scheduler" for m in config.models) else None
+    # Requests that come in while a step loop holds the loop, noted by it (llmsim serve's protocol reads it).
+    watch = ArrivalWatch() if gate is not None else None
+    poll_arrivals = watch.poll if watch is not None else None
     try:
         for model in config.models:
-            models[model.name] = _serve_model(config, model, file, script, clock, hub, publishers, created, crash, gate)
+            models[model.name] = _serve_model(
+                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals
+            )
     except BaseException:
         for publisher in publishers.values():
             publisher.close()
@@ -350,4 +362,4 @@ def build_runtime(
         app.add_page_routes(lora_routes(state))
     if dev_mode():
         app.add_page_routes(dev_routes(state))
-    return Runtime(config=config, script=script, state=state, app=app, metrics=hub)
+    return Runtime(config=config, script=script, state=state, app=app, metrics=hub, arrival_watch=watch)

@@ -17,10 +17,13 @@ which waits on a paused transport (backpressure) or ends the response.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from llmsim.api.arrival_watch import ArrivalWatch
 
 #: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
 ARRIVAL_KEY = "llmsim.arrival"
@@ -71,11 +74,44 @@ class ChunkWriter:
 
 
 class StampingHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` with the request's arrival stamp in its scope."""
+    """``HttpToolsProtocol`` with the request's arrival stamp in its scope.
+
+    With an :class:`ArrivalWatch` (:func:`stamping_protocol`), a keep-alive connection is watched
+    while it waits for its next request, and the stamp is the earlier of the parse and the time
+    a poll of the watch first saw the request's bytes (the loop was busy with a pass then).
+    """
+
+    arrival_watch: ArrivalWatch | None = None
+    _fd = -1
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        watch = self.arrival_watch
+        if watch is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._fd = sock.fileno()
+                watch.watch(self._fd, self)  # waiting for its first request
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._fd >= 0 and self.arrival_watch is not None:
+            self.arrival_watch.taken(self._fd, self)
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope[ARRIVAL_KEY] = time.monotonic()  # type: ignore[literal-required]
+        stamp = time.monotonic()
+        if self._fd >= 0 and self.arrival_watch is not None:
+            seen = self.arrival_watch.taken(self._fd, self)
+            if seen is not None and seen < stamp:
+                stamp = seen
+        self.scope[ARRIVAL_KEY] = stamp  # type: ignore[literal-required]
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Idle again (kept alive, nothing pipelined): its next request's bytes are watched for.
+        if self._fd >= 0 and self.arrival_watch is not None and not self.transport.is_closing() and not self.pipeline:
+            self.arrival_watch.watch(self._fd, self)
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
@@ -83,6 +119,13 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         # Not on an upgrade, which makes no cycle.
         if cycle is not None and cycle.scope is self.scope and _writable(cycle):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
+
+
+def stamping_protocol(watch: ArrivalWatch | None) -> type[StampingHttpToolsProtocol]:
+    """The protocol class for uvicorn's ``http`` setting, its stamps helped by ``watch``."""
+    if watch is None:
+        return StampingHttpToolsProtocol
+    return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), {"arrival_watch": watch})
 
 
 def _writable(cycle: RequestResponseCycle) -> bool:

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
-    from llmsim.api.http_protocol import StampingHttpToolsProtocol
+    from llmsim.api.http_protocol import stamping_protocol
     from llmsim.commands.draining_server import DrainingServer
 
     config = uvicorn.Config(
@@ -93,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        # httptools, stamping each request's arrival as its first byte is parsed (the runtime's
-        # clock is MonotonicClock's time.monotonic, the stamp's timebase).
-        http=StampingHttpToolsProtocol,
+        # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
+        # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
+        # MonotonicClock's time.monotonic, the stamp's timebase).
+        http=stamping_protocol(runtime.arrival_watch),
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -635,6 +636,41 @@ async def test_streams_aborted_by_the_engine_between_prepare_and_deadline_get_no
     await asyncio.sleep(0.5)  # well past the step's deadline
     assert [[e.index for _, e in h.pushed] for h in handovers] == [[0, 1], [0, 1]]
     assert sorted(s.output_tokens for s in rec.finished) == [2, 2]
+    for stream in streams:
+        await stream.aclose()
+    await engine.stop()
+
+
+@pytest.mark.looptime
+async def test_arrivals_are_polled_every_few_tokens_of_a_pass_and_after_it() -> None:
+    """While the pass holds the event loop, the request side's poll runs at most
+    ARRIVAL_POLL_TOKENS writes apart, and once after the last write of the step."""
+    from llmsim.engine.scheduler.driver import ARRIVAL_POLL_TOKENS
+
+    written: list[tuple[float, int]] = []  # (deadline, index) per write
+    polls: list[int] = []  # writes done when each poll ran
+
+    clock = loop_clock()
+    engine = SchedulerEngine(seed_params(), clock, Recorder(), poll_arrivals=lambda: polls.append(len(written)))
+    await engine.start()
+    arrival = clock.now()
+    n = 11  # three polls' worth and a remainder
+    streams = await engine.submit([plan(3) for _ in range(n)], arrival, [RequestId(f"r{i}") for i in range(n)])
+
+    def sink(event: TokenEvent) -> bool:
+        written.append((event.sim_time, event.index))
+        return True
+
+    for stream in streams:
+        assert stream.attach(sink)
+    for stream in streams:
+        await collect(stream)
+    assert len(written) == 3 * n
+    # Each step releases one token to every stream at one deadline: a pass of 11 writes, polled
+    # before writes 0, 4 and 8 and after the last (and once more before each step's planning,
+    # with nothing written in between). Writes 0-10 are step one's, 11-21 step two's, 22-32 the last's.
+    assert sorted(set(polls)) == [0, 4, 8, 11, 15, 19, 22, 26, 30, 33]
+    assert max(b - a for a, b in itertools.pairwise(polls)) <= ARRIVAL_POLL_TOKENS
     for stream in streams:
         await stream.aclose()
     await engine.stop()
