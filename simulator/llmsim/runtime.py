@@ -202,7 +202,9 @@ def build_engine(
             logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
         # One sleep per step, so the step loop can afford a timer that wakes at the deadline's
         # microsecond rather than the event loop's millisecond (most of a quiet server's lag).
-        return BuiltEngine(SchedulerEngine(params, precise(clock), observer, gate, poll_arrivals), info, cache_config)
+        return BuiltEngine(
+            SchedulerEngine(params, precise(clock, poll_arrivals), observer, gate, poll_arrivals), info, cache_config
+        )
     if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
         raise ConfigError(
             file,

@@ -15,11 +15,13 @@ scheduler's step loop (one sleep per step), not for an engine that sleeps once p
 
 The fd fires on time, but the loop runs its reader later: on this project's VMs a wake-up from an
 idle loop took 0.06–0.4 ms (median ≈0.16–0.2 ms), the hypervisor's, on every step of a lightly
-loaded server. So the timer is armed a *lead* ahead of the deadline, the 25th percentile of the
-last 32 wake-ups' lateness (at most :data:`MAX_LEAD_S`), and the sleeper spins on the clock for
-whatever is left when it wakes early. A quarter of the wake-ups then land at the deadline after a
-short spin, the rest late only by what exceeds the lead: measured there, the median wake-up lag
-fell from ≈0.17 to ≈0.02 ms for ≈12 µs of spin a step (bench/README, live timing's fifth pass).
+loaded server. So the timer is armed a *lead* ahead of the deadline, the median of the last 32
+wake-ups' lateness (at most :data:`MAX_LEAD_S`), and the sleeper spins on the clock for whatever
+is left when it wakes early. Half the wake-ups then land at the deadline after a short spin, the
+rest late only by what exceeds the lead (bench/README, live timing's fifth and sixth passes: at
+20 req/s the step's wake-up lag p50 0.17 ms without a lead, 0.09 ms with the 25th percentile,
+0.05 ms with the median, for ≈20-30 µs of spin a step). While it spins the loop reads nothing,
+so the spin calls ``spin`` (the request side's arrival poll, see api/arrival_watch.py).
 
 :func:`precise` returns one when the platform has timerfd and the clock is the real
 ``time.monotonic`` (a test's virtual-time clock is kept as it is).
@@ -35,6 +37,7 @@ import os
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -54,11 +57,11 @@ MAX_LEAD_S = 300e-6
 def wake_lead(latencies: list[float]) -> float:
     """How far ahead of a deadline to arm the timer, given recent wake-ups' lateness (seconds).
 
-    The 25th percentile, capped at :data:`MAX_LEAD_S`: three wake-ups in four come later than it
-    (no spin, and late by less than before); the quickest quarter spins for the difference.
+    The median, capped at :data:`MAX_LEAD_S`: half the wake-ups come later than it (no spin, and
+    late by less than before); the quicker half spins for the difference.
     """
     ordered = sorted(latencies)
-    return min(ordered[len(ordered) // 4], MAX_LEAD_S)
+    return min(ordered[len(ordered) // 2], MAX_LEAD_S)
 
 
 class _Timespec(ctypes.Structure):
@@ -105,11 +108,14 @@ class TimerFdClock:
         "_loop",
         "_seq",
         "_spec",
+        "_spin",
         "now",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, spin: Callable[[], None] | None = None) -> None:
         self.now = time.monotonic
+        # Called over and over while a sleeper spins to its deadline (the loop is held meanwhile).
+        self._spin = spin or _nothing
         self._fd = -1
         self._closer: weakref.finalize[Any, Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,8 +144,9 @@ class TimerFdClock:
             # turn to this task, both of which the lead is there to cover.
             self._note_wake(now() - (deadline - lead))
             # Woken up to a lead early: the rest of the way on the clock, never before the deadline.
+            spin = self._spin
             while now() < deadline:
-                pass
+                spin()
         lag = now() - deadline
         return lag if lag > 0.0 else 0.0
 
@@ -202,13 +209,18 @@ class TimerFdClock:
             latencies.clear()
 
 
+def _nothing() -> None:
+    pass
+
+
 def _close_quietly(fd: int) -> None:
     with suppress(OSError):
         os.close(fd)
 
 
-def precise(clock: Clock) -> Clock:
-    """A :class:`TimerFdClock` in place of a real-time :class:`MonotonicClock`; any other clock as it is."""
+def precise(clock: Clock, spin: Callable[[], None] | None = None) -> Clock:
+    """A :class:`TimerFdClock` (calling ``spin`` while it spins) in place of a real-time
+    :class:`MonotonicClock`; any other clock as it is."""
     if _LIBC is not None and isinstance(clock, MonotonicClock) and clock.now is time.monotonic:
-        return TimerFdClock()
+        return TimerFdClock(spin)
     return clock
