@@ -54,7 +54,11 @@ class ArrivalWatch:
         if epoll is None:
             if not hasattr(select, "epoll"):
                 return
-            epoll = self._epoll = select.epoll()
+            try:
+                epoll = select.epoll()
+            except OSError:  # out of descriptors: stamps at the parse, as without a watch
+                return
+            self._epoll = epoll
             weakref.finalize(self, epoll.close)
         if fd in self._owners:
             with suppress(OSError):
