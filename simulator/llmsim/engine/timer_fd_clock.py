@@ -18,9 +18,10 @@ idle loop took 0.06–0.4 ms (median ≈0.16–0.2 ms), the hypervisor's, on eve
 loaded server. So the timer is armed a *lead* ahead of the deadline, the median of the last 32
 wake-ups' lateness (at most :data:`MAX_LEAD_S`), and the sleeper spins on the clock for whatever
 is left when it wakes early. Half the wake-ups then land at the deadline after a short spin, the
-rest late only by what exceeds the lead (bench/README, live timing's fifth and sixth passes: at
-20 req/s the step's wake-up lag p50 0.17 ms without a lead, 0.09 ms with the 25th percentile,
-0.05 ms with the median, for ≈20-30 µs of spin a step). While it spins the loop reads nothing,
+rest late only by what exceeds the lead (bench/README, live timing's fifth and sixth passes: the
+step's wake-up lag p50 at 20 req/s 0.17 ms without a lead; in a later, slower hour 0.09 ms with
+the 25th percentile and 0.05 ms with the median, whose spin costs ≈35–43 µs a step at 64 streams
+against ≈13 µs, under 1 % of the server's CPU per token). While it spins the loop reads nothing,
 so the spin calls ``spin`` (the request side's arrival poll, see api/arrival_watch.py).
 
 :func:`precise` returns one when the platform has timerfd and the clock is the real
