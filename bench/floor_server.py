@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any
 
-_CHUNK = (
+CHUNK = (
     b'data: {"id":"chatcmpl-00000000000000000000000000000000","object":"chat.completion.chunk",'
     b'"created":1700000000,"model":"llama-3.1-8b","choices":[{"index":0,"delta":{"content":" token"},'
     b'"logprobs":null,"finish_reason":null}]}\n\n'
@@ -62,7 +62,7 @@ def make_app(itl: float) -> Any:
         for i in range(n):
             delay = start + (i + 1) * itl - time.monotonic()
             await asyncio.sleep(delay if delay > 0 else 0)
-            await send({"type": "http.response.body", "body": _CHUNK, "more_body": True})
+            await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
         tail = _DONE
         if (request.get("stream_options") or {}).get("include_usage"):
             tail = b'data: {"choices":[],"usage":' + json.dumps(usage).encode() + b"}\n\n" + _DONE
