@@ -120,3 +120,74 @@ async def test_give_way_checks_again_after_it_is_let_go() -> None:
     assert gate.num_held == 2  # it asked again and was held again
     gate.open("engine")
     await asyncio.wait_for(work, 1)
+
+
+async def test_deferred_work_runs_after_the_pass_each_in_a_callback_of_its_own_in_order() -> None:
+    now = Now(3.0)
+    gate = ReleaseGate(now, margin=0.001)
+    ran: list[str] = []
+    assert not gate.defer(lambda: ran.append("none pending"))  # no release: the caller runs it now
+    gate.close("engine", 3.005)
+    assert not gate.defer(lambda: ran.append("5 ms ahead"))  # outside the 1 ms margin
+    now.t = 3.0045
+    waiter = held(gate, 3.0044)
+    assert gate.defer(lambda: ran.append("first"), 3.0041)
+    assert gate.defer(lambda: ran.append("second"))
+    assert gate.num_held == 3
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert ran == []  # held until the pass is done, however many loop turns go by
+    # The earliest arrival among everything let go: the first deferred one's.
+    assert gate.open("engine") == 3.0041
+    assert ran == []  # the pass returns before any of it runs
+    await asyncio.sleep(0)
+    assert ran == ["first", "second"]  # in the next loop turn, in the order deferred
+    await asyncio.wait_for(waiter, 1)
+    assert gate.open("engine") == math.inf  # nothing left to run
+
+
+async def test_deferred_work_that_defers_itself_again_waits_for_the_next_pass() -> None:
+    now = Now(7.0)
+    gate = ReleaseGate(now, margin=0.001)
+    ran: list[float] = []
+
+    def parse() -> None:
+        # What the HTTP protocol's kept request does: ask again, then run.
+        if not gate.defer(parse):
+            ran.append(now.t)
+
+    gate.close("engine", 7.0)
+    assert gate.defer(parse)
+    gate.open("engine")
+    gate.close("engine", 7.0002)  # the step loop has its next release at hand before the callback runs
+    await asyncio.sleep(0)
+    assert ran == []
+    assert gate.num_held == 2
+    now.t = 7.0003
+    gate.open("engine")
+    await asyncio.sleep(0)
+    assert ran == [7.0003]
+
+
+async def test_deferred_work_waits_for_every_release_at_hand_and_one_failure_stops_no_other(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = Now(1.0)
+    gate = ReleaseGate(now, margin=0.001)
+    gate.close("a", 1.0005)
+    gate.close("b", 1.0008)
+    ran: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("parse failed")
+
+    assert gate.defer(broken)
+    assert gate.defer(lambda: ran.append("after the broken one"))
+    assert gate.open("a") == math.inf  # b's release is 0.8 ms away: still within the margin
+    await asyncio.sleep(0)
+    assert ran == []
+    with caplog.at_level("ERROR", logger="llmsim.engine.release_gate"):
+        gate.open("b")
+        await asyncio.sleep(0)
+    assert ran == ["after the broken one"]
+    assert "deferred past a token release failed" in caplog.text

@@ -7,6 +7,13 @@ would place the request that much later on the simulated timeline than its clien
 now and then past a step start it had made: the client's TTFT would grow by a step. The stamp is
 taken here instead, when uvicorn parses the request line, and LlmsimApp uses it.
 
+With the engines' :class:`~llmsim.engine.release_gate.ReleaseGate`, a request read on an idle
+connection while a token release is at hand is parsed after the release's pass, not before it:
+its bytes are kept, the connection's reading paused, and the parse deferred to the gate (the
+stamp is still the time they were read). Parsing runs in the loop's I/O callback, where no
+task's ``give_way`` can hold it, and a burst of new requests (a closed loop's streams ending in
+one step) would otherwise hold the step loop's wake-up for their whole parse.
+
 The chunk writer (:data:`CHUNK_WRITER_KEY`): a streamed token goes out as one chunk of the
 response's chunked body. uvicorn's ``send`` does that after a coroutine, a message dict and a
 dozen checks per call; :class:`ChunkWriter` does only what ``send`` does for a body chunk of a
@@ -18,12 +25,14 @@ which waits on a paused transport (backpressure) or ends the response.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import weakref
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from llmsim.api.arrival_watch import ArrivalWatch
+from llmsim.engine.release_gate import ReleaseGate
 
 #: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
 ARRIVAL_KEY = "llmsim.arrival"
@@ -82,7 +91,12 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     """
 
     arrival_watch: ArrivalWatch | None = None
+    release_gate: ReleaseGate | None = None
     _fd = -1
+    # Bytes read while a release was at hand, parsed after its pass (None: none kept), and when
+    # they were read (the request's arrival bound).
+    _kept: list[bytes] | None = None
+    _kept_at = math.inf
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -96,11 +110,42 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._fd >= 0 and self.arrival_watch is not None:
             self.arrival_watch.taken(self._fd, self)
+        self._kept = None  # a request that never started: nothing to answer
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        gate = self.release_gate
+        if gate is not None and self._kept is None and self._idle():
+            now = time.monotonic()
+            if gate.defer(self._parse_kept, now):
+                self._kept = [data]
+                self._kept_at = now
+                # Uvicorn's keep-alive timer would close the connection with the request unparsed.
+                self._unset_keepalive_if_required()
+                self.transport.pause_reading()
+                return
+        super().data_received(data)
+
+    def _idle(self) -> bool:
+        """Between requests: no response under way, nothing pipelined (a request now is a new one)."""
+        cycle = self.cycle
+        return (cycle is None or cycle.response_complete) and not self.pipeline
+
+    def _parse_kept(self) -> None:
+        kept = self._kept
+        if kept is None:
+            return  # the connection was lost meanwhile
+        gate = self.release_gate
+        if gate is not None and gate.defer(self._parse_kept, self._kept_at):
+            return  # the next release is at hand already: after its pass, then
+        self._kept = None
+        self.transport.resume_reading()
+        super().data_received(b"".join(kept))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        stamp = time.monotonic()
+        stamp = min(time.monotonic(), self._kept_at)
+        self._kept_at = math.inf
         if self._fd >= 0 and self.arrival_watch is not None:
             seen = self.arrival_watch.taken(self._fd, self)
             if seen is not None and seen < stamp:
@@ -121,11 +166,13 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
 
-def stamping_protocol(watch: ArrivalWatch | None) -> type[StampingHttpToolsProtocol]:
-    """The protocol class for uvicorn's ``http`` setting, its stamps helped by ``watch``."""
-    if watch is None:
+def stamping_protocol(watch: ArrivalWatch | None, gate: ReleaseGate | None = None) -> type[StampingHttpToolsProtocol]:
+    """The protocol class for uvicorn's ``http`` setting, its stamps helped by ``watch``, its
+    parses of new requests deferred past ``gate``'s releases at hand."""
+    if watch is None and gate is None:
         return StampingHttpToolsProtocol
-    return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), {"arrival_watch": watch})
+    attributes = {"arrival_watch": watch, "release_gate": gate}
+    return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), attributes)
 
 
 def _writable(cycle: RequestResponseCycle) -> bool:

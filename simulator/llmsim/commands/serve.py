@@ -95,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
         loop="uvloop",
         # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
         # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
-        # MonotonicClock's time.monotonic, the stamp's timebase).
-        http=stamping_protocol(runtime.arrival_watch),
+        # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
+        # release is at hand is parsed after its pass.
+        http=stamping_protocol(runtime.arrival_watch, runtime.state.release_gate),
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

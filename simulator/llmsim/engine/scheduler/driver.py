@@ -614,5 +614,8 @@ class SchedulerEngine(Engine):
                 # Request work held back for this release could still join the next step: it runs
                 # its next slice (parsing, planning, submitting) before the step's admissions are
                 # decided, as it would have without the gate, which so moves no request to a later
-                # step. (With async scheduling the next step's cutoff is already behind it.)
+                # step. (With async scheduling the next step's cutoff is already behind it.) Two
+                # loop turns: work deferred as a callback (ReleaseGate.defer) runs in the first and
+                # the task it starts in the second; a waiting task's slice in the first.
+                await asyncio.sleep(0)
                 await asyncio.sleep(0)
