@@ -95,7 +95,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     _fd = -1
     # Bytes read while a release was at hand, parsed after its pass (None: none kept), and when
     # they were read (the request's arrival bound).
-    _kept: list[bytes] | None = None
+    _kept: bytes | None = None
     _kept_at = math.inf
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -114,11 +114,16 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._kept is not None:
+            # Reading is paused while bytes are kept; should the transport hand more over anyway,
+            # they go after the kept ones, never ahead of them.
+            self._kept += data
+            return
         gate = self.release_gate
-        if gate is not None and self._kept is None and self._idle():
+        if gate is not None and self._idle():
             now = time.monotonic()
             if gate.defer(self._parse_kept, now):
-                self._kept = [data]
+                self._kept = data
                 self._kept_at = now
                 # Uvicorn's keep-alive timer would close the connection with the request unparsed.
                 self._unset_keepalive_if_required()
@@ -140,7 +145,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
             return  # the next release is at hand already: after its pass, then
         self._kept = None
         self.transport.resume_reading()
-        super().data_received(b"".join(kept))
+        super().data_received(kept)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

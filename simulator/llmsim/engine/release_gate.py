@@ -21,7 +21,7 @@ loop turn before it decides those admissions (:meth:`ReleaseGate.open` returns t
 Work that is not a task's slice (the HTTP protocol's parse of a request just read, in the event
 loop's I/O callback, measured at 35-70 µs a request: a closed loop's 128 streams ending in one
 step send 128 requests at once, ≈7 ms of callbacks no task can interrupt) is deferred instead:
-:meth:`ReleaseGate.defer` keeps the callback and :meth:`ReleaseGate.open` calls it after the pass.
+:meth:`ReleaseGate.defer` keeps the callback and :meth:`ReleaseGate.open` queues it for after the pass.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ReleaseGate:
         # One future per waiting slice of request work (its own: a waiter cancelled because its
         # client left must not cancel the others), all set by the pass.
         self._waiters: list[asyncio.Future[None]] = []
-        # Callbacks held back by defer(), called in order by the pass's open().
+        # Callbacks held back by defer(), queued in order by the pass's open().
         self._deferred: list[Callable[[], None]] = []
         # The earliest arrival stamp among waiting work that has yet to reach an engine.
         self._earliest = math.inf
@@ -104,15 +104,13 @@ class ReleaseGate:
     def defer(self, callback: Callable[[], None], arrival: float | None = None) -> bool:
         """Keep ``callback`` for after the release at hand (True), or refuse (False: call it now).
 
-        For synchronous work that cannot await :meth:`wait` (an I/O callback); called from the
-        pass's :meth:`open`, in the order deferred. ``arrival``: as for :meth:`wait`.
+        For synchronous work that cannot await :meth:`wait` (an I/O callback); the pass's
+        :meth:`open` queues each in a loop callback of its own, in the order deferred.
+        ``arrival``: as for :meth:`wait`.
         """
-        if not self._deadlines or not self._due():
+        if not self._hold(arrival):
             return False
         self._deferred.append(callback)
-        self.num_held += 1
-        if arrival is not None and arrival < self._earliest:
-            self._earliest = arrival
         return True
 
     async def give_way(self, arrival: float | None = None) -> None:
@@ -129,14 +127,20 @@ class ReleaseGate:
 
         ``arrival``: the request's arrival stamp, when the slice ends in its submission to an engine.
         """
-        if not self._deadlines or not self._due():
+        if not self._hold(arrival):
             return None
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        return waiter
+
+    def _hold(self, arrival: float | None) -> bool:
+        """Whether work must be held now (a release is at hand); if so, counted and its arrival noted."""
+        if not self._deadlines or not self._due():
+            return False
         self.num_held += 1
         if arrival is not None and arrival < self._earliest:
             self._earliest = arrival
-        return waiter
+        return True
 
     def _due(self) -> bool:
         return bool(self._deadlines) and self._now() >= min(self._deadlines.values()) - self._margin
