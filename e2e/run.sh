@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make e2e`: the product as users run it, on a real cluster. Both images are built from our
 # Dockerfiles, the operator is installed with `llmsim-operator manifests`, then the e2e suite runs
-# (operator, fleets, service traffic, a LiteLLM gateway, a Prometheus) and the P5 bench.
+# (operator, fleets, service traffic, a LiteLLM gateway, a Prometheus) and the operator-fleet bench.
 #
 # The cluster, in order of preference:
 #   1. whatever KUBECONFIG (or ~/.kube/config) reaches;
@@ -79,6 +79,9 @@ elif docker_and_kind; then
 else
     SCRIPTS="$(hack/k8s-scripts.sh)" || die "no reachable cluster (KUBECONFIG), no Docker engine with kind, and no shared k8s scripts to start one: set LLMSIM_K8S_SCRIPTS"
     say "no cluster reachable, no Docker engine: the local cluster ($SCRIPTS/cluster-up.sh)"
+    # One Kubernetes build per machine, shared with make test's envtest (with its progress shown):
+    # cluster-up.sh then finds its binaries and builds nothing.
+    timed k8s-binaries env LLMSIM_K8S_CLUSTER=1 hack/envtest-assets.sh >/dev/null
     timed cluster timeout 1800 "$SCRIPTS/cluster-up.sh" >&2
     export KUBECONFIG="$LOCAL_KUBECONFIG"
     LOADER=local
@@ -121,8 +124,8 @@ say "pytest e2e"
 status=0
 timed tests "$BIN/pytest" e2e -p no:cacheprovider "$@" || status=$?
 if [[ $status == 0 && "${E2E_BENCH:-1}" != 0 ]]; then
-    say "P5 bench: 100 LLMSimulators with 0 replicas"
-    timed bench-p5 "$BIN/python" bench/bench_operator_fleet.py || status=$?
+    say "operator-fleet bench: 100 LLMSimulators with 0 replicas"
+    timed bench-operator-fleet "$BIN/python" bench/bench_operator_fleet.py || status=$?
 fi
 say "timings: ${TIMES[*]} total $((SECONDS - T0))s"
 exit "$status"

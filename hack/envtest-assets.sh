@@ -39,6 +39,17 @@ REQUIRED=(etcd kube-apiserver kube-controller-manager)
 K8S_BIN="${K8S_BIN:-/tmp/k8s-bin}"
 CLUSTER_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
+# e2e/run.sh sets LLMSIM_K8S_CLUSTER=1: it needs the local cluster's binaries in K8S_BIN afterwards, from
+# this one build (the shared scripts' cluster-up.sh then finds them and builds nothing).
+cluster_missing() {
+    local b
+    [[ "${LLMSIM_K8S_CLUSTER:-0}" == 1 ]] || return 1
+    for b in "${CLUSTER_BINARIES[@]}"; do
+        [[ -x "$K8S_BIN/$b" ]] || return 0
+    done
+    return 1
+}
+
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
 die() {
     printf '[envtest-assets] ERROR: %s\n' "$*" >&2
@@ -66,7 +77,7 @@ emit() {
 
 # --- 1. an existing KUBEBUILDER_ASSETS ---------------------------------------
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-    if assets_ok "$KUBEBUILDER_ASSETS"; then
+    if assets_ok "$KUBEBUILDER_ASSETS" && ! cluster_missing; then
         emit "$KUBEBUILDER_ASSETS"
     fi
     log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold working ${REQUIRED[*]}; looking elsewhere"
@@ -75,14 +86,14 @@ fi
 # --- 2. setup-envtest --------------------------------------------------------
 if command -v setup-envtest >/dev/null 2>&1; then
     log "trying setup-envtest use -p path 1.20.x"
-    if dir="$(timeout 120 setup-envtest use -p path 1.20.x 2>/dev/null)" && assets_ok "$dir"; then
+    if ! cluster_missing && dir="$(timeout 120 setup-envtest use -p path 1.20.x 2>/dev/null)" && assets_ok "$dir"; then
         emit "$dir"
     fi
     log "setup-envtest could not provide the assets; building from Debian source"
 fi
 
 # --- 3. cache or build from Debian source ------------------------------------
-if assets_ok "$ASSETS_DIR"; then
+if assets_ok "$ASSETS_DIR" && ! cluster_missing; then
     emit "$ASSETS_DIR"
 fi
 
@@ -100,7 +111,7 @@ exec 9>"${ASSETS_DIR}/.lock"
 if command -v flock >/dev/null 2>&1; then
     log "waiting for lock ${ASSETS_DIR}/.lock"
     flock 9
-    if assets_ok "$ASSETS_DIR"; then
+    if assets_ok "$ASSETS_DIR" && ! cluster_missing; then
         emit "$ASSETS_DIR"
     fi
 fi
@@ -274,11 +285,25 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X ${prefix}${p}.buildDate=${build_date}"
     done
 done
-log "go build kube-apiserver kube-controller-manager kubectl ${EXTRA_CMDS[*]##*/} (slow on 2 cores)"
-go build -ldflags "$ldflags" -o "$WORK/bin/" \
+log "go build kube-apiserver kube-controller-manager kubectl ${EXTRA_CMDS[*]##*/} (once per machine; 6-15 min on 2 cores)"
+# go build -v names each package as it compiles it: a line every 30 s says how far the build is.
+go build -v -ldflags "$ldflags" -o "$WORK/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl "${EXTRA_CMDS[@]}" >&2 || die "go build of the Kubernetes binaries failed"
+    k8s.io/kubernetes/cmd/kubectl "${EXTRA_CMDS[@]}" 2>"$WORK/build.log" &
+build_pid=$!
+build_start=$SECONDS
+while kill -0 "$build_pid" 2>/dev/null; do
+    sleep 5
+    if (((SECONDS - build_start) % 30 < 5)); then
+        log "go build: $(wc -l <"$WORK/build.log") packages compiled, $((SECONDS - build_start)) s"
+    fi
+done
+if ! wait "$build_pid"; then
+    grep -v '^k8s.io/' "$WORK/build.log" | tail -n 40 >&2
+    die "go build of the Kubernetes binaries failed"
+fi
+log "go build: $(wc -l <"$WORK/build.log") packages in $((SECONDS - build_start)) s"
 cd /
 
 for b in kube-apiserver kube-controller-manager kubectl; do

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import statistics
 import time
 from importlib import resources
 from pathlib import Path
@@ -14,6 +12,7 @@ import openai
 import pytest
 import yaml
 
+from tests.metrics.scrape import parse
 from tests.support.server import running_server
 
 pytestmark = pytest.mark.integration
@@ -68,13 +67,18 @@ def test_observed_itl_matches_simulated_step_time(tmp_path: Path) -> None:
     with running_server(tmp_path, config=CONFIG, responses=RESPONSES) as server:
         streams = asyncio.run(run(server.base_url))
         info = httpx.get(server.base_url + "/v1/models", timeout=5).json()["data"][0]["llmsim"]
+        page = parse(httpx.get(server.base_url + "/metrics", timeout=5).text)
     assert all(len(t) == 30 for t in streams)
-    gaps = [b - a for times in streams for a, b in itertools.pairwise(times)]
-    # 8 sequences of ~15-45 tokens of context: the KV read adds < 0.05 ms to the 20 ms weight read.
+    # 8 sequences of ~15-45 tokens of context: the KV read adds < 0.05 ms to the 20 ms weight read,
+    # and a newcomer's short prompt rides along in a decode step's weight read. What the clients saw
+    # (how late each token left on a busy machine) is bench/bench_live_timing.py's; here the
+    # simulated gaps, which the releases follow: every one a decode step.
     expected = decode_step_s(8, 45)
     assert expected == pytest.approx(0.020, rel=0.01)
-    observed = statistics.median(gaps)
-    assert expected * 0.8 < observed < expected * 1.5, (observed, expected)
+    labels = {"model_name": "sim", "engine": "0"}
+    gaps = page.get("vllm:inter_token_latency_seconds_count", **labels)
+    assert gaps == 8 * 29
+    assert page.get("vllm:inter_token_latency_seconds_sum", **labels) / gaps == pytest.approx(expected, rel=0.01)
     # KV capacity reported at startup: floor((24 GiB * 0.9 - 2 GB) / (12288 B * 16)).
     assert info["kv_cache_blocks"] == int((24 * 2**30 * 0.9 - WEIGHT_BYTES) // (KV_PER_TOKEN * 16))
 
@@ -110,6 +114,7 @@ def test_a_profile_alone_serves_with_the_calibrated_request_overhead_and_step_co
 
     with running_server(tmp_path, config=CALIBRATED, responses=RESPONSES) as server:
         sent, times, prompt = asyncio.run(run(server.base_url))
+        page = parse(httpx.get(server.base_url + "/metrics", timeout=5).text)
     # Alone on the GPU, the request waits the request overhead, then one step prefills its prompt
     # and releases the first token; every later step decodes one token. By hand from the table:
     # a step reads the weights and the context's KV at bandwidth x memory, plus one sequence's cost.
@@ -119,6 +124,12 @@ def test_a_profile_alone_serves_with_the_calibrated_request_overhead_and_step_co
     ttft = knobs["latency.request_overhead_ms"] / 1000 + prefill
     assert len(times) == 30
     # Tokens never leave before their deadlines; the client's clock adds the HTTP round trip.
-    assert ttft <= times[0] - sent < ttft + 0.050, (times[0] - sent, ttft)
+    assert times[0] - sent >= ttft, (times[0] - sent, ttft)
+    labels = {"model_name": "llama", "engine": "0"}
+    assert page.get("vllm:time_to_first_token_seconds_count", **labels) == 1
+    assert page.get("vllm:time_to_first_token_seconds_sum", **labels) == pytest.approx(ttft, rel=1e-6)
+    # The 29 decode steps read contexts of prompt + 1 ... prompt + 29 tokens: on average prompt + 15.
     decode = (8.03e9 * 2 + 131072 * (prompt + 15)) / bandwidth + per_step
-    assert statistics.median(b - a for a, b in itertools.pairwise(times)) == pytest.approx(decode, rel=0.2)
+    assert page.get("vllm:inter_token_latency_seconds_count", **labels) == 29
+    mean_gap = page.get("vllm:inter_token_latency_seconds_sum", **labels) / 29
+    assert mean_gap == pytest.approx(decode, rel=0.01)
