@@ -82,6 +82,7 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--levels", default="50,100,200,400")
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fixed.json")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     results = []
@@ -108,7 +109,8 @@ def main() -> None:
         "duration_s": args.duration,
         "levels": results,
     }
-    path = ROOT / "bench" / "results" / "fixed.json"
+    path = args.out
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
     print(f"wrote {path}")
 

@@ -1,6 +1,6 @@
 """Live timing of the scheduler engine: server CPU per token against a bare floor, token lag, TTFT fidelity.
 
-Part ``cpu`` (the issue's table): the embedded llama-3.1-8b (scheduler engine, H100), closed-loop
+Part ``cpu``: the embedded llama-3.1-8b (scheduler engine, H100), closed-loop
 streams of 64 tokens with ``ignore_eos`` at 32/64/128 concurrent streams, the server pinned to
 core 0 and the load generator (bench/loadgen.py) to core 1, ``--duration`` seconds after a 2 s
 warm-up. In the same run, the same load against bench/floor_server.py (a bare uvicorn SSE server
@@ -22,7 +22,7 @@ left is the server's and the kernel's) and aiohttp (what a typical client adds);
 TTFT/ITL/E2E p50 against the prediction, with the server's own simulated TTFT and lag beside
 them. Then one request at a time on an idle server splits a lone request's TTFT exactly into the
 simulated TTFT, the first token's lag and the way in and out (``idle_breakdown``).
-With ``--baseline`` every server part runs for that tree too. Last, each of issue 13's goals
+With ``--baseline`` every server part runs for that tree too. Last, each of the live-timing goals
 this run measured, met or missed, for this tree (:func:`goal_checks`).
 
     .venv/bin/python bench/bench_live_timing.py [--part cpu|ttft|all] [--levels 32,64,128] [--rounds 3]
@@ -130,7 +130,7 @@ def steal_share(before: list[int], after: list[int]) -> float:
 
 
 def lag_p99_goal_ms(streams: int) -> float:
-    """Issue 13's token lag p99 goal for a batch of ``streams`` sequences: 1 ms + 0.02 ms each."""
+    """The token lag p99 goal for a batch of ``streams`` sequences: 1 ms + 0.02 ms each."""
     return 1.0 + 0.02 * streams
 
 
@@ -501,7 +501,7 @@ def replay_ttft(root: Path, client: str, arrivals: list[float], prompt: int, out
 
 
 def goal_checks(out: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 13's goals against this run's medians (this tree, ``llmsim``), each met or not.
+    """The live-timing goals (bench/README.md) against this run's medians (this tree, ``llmsim``), each met or not.
 
     CPU per token ≤ 1.5x the floor at 64 streams and ≤ 1.3x at 128; at every level, lag p50 ≤
     0.5 ms and lag p99 ≤ 1 ms + 0.02 ms per stream; TTFT p50 of the raw-socket client within 2 %
@@ -563,7 +563,7 @@ def main() -> None:
     if args.part in ("ttft", "all"):
         out["ttft"] = run_ttft(args)
     out["goals"] = checks = goal_checks(out)
-    print("\nIssue 13's goals in this run (this tree):")
+    print("\nLive-timing goals in this run (this tree):")
     for c in checks:
         bare = "" if c["bare"] is None else f"; bare sends alone {c['bare']:.2f} {c['unit']}"
         print(

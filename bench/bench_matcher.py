@@ -11,6 +11,7 @@ matches only the last entry.
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import statistics
@@ -68,6 +69,9 @@ def median_seconds(fn: object, repeats: int = 7) -> float:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "matcher.json")
+    args = p.parse_args()
     script = parse_responses(build_script(), "<bench>/responses.yml")
     naive = Matcher(script.entries, prefilter=False)
     fast = Matcher(script.entries)
@@ -98,8 +102,8 @@ def main() -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    out = Path(__file__).parent / "results" / "matcher.json"
-    out.parent.mkdir(exist_ok=True)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{len(script.entries)} regex entries, 512-token prompt ({len(prompt)} chars)")
     for name, c in cases.items():

@@ -227,6 +227,7 @@ def main() -> None:
     p.add_argument("--live", action="store_true", help="also measure a live server under load")
     p.add_argument("--duration", type=float, default=6.0)
     p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "metrics.json")
     args = p.parse_args()
 
     tokens = per_token()
@@ -267,7 +268,8 @@ def main() -> None:
                 flush=True,
             )
         out["live"] = {"concurrency": args.concurrency, "duration_s": args.duration, "phases": phases}
-    path = ROOT / "bench" / "results" / "metrics.json"
+    path = args.out
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
     print(f"wrote {path}")
 

@@ -1,4 +1,4 @@
-"""P5: how fast the operator converges 100 LLMSimulators (0 replicas) on a real cluster.
+"""Operator fleet: how fast the operator converges 100 LLMSimulators (0 replicas) on a real cluster.
 
 Needs a cluster with the operator installed (``make e2e`` runs this after the suite; alone:
 ``KUBECONFIG=... .venv/bin/python bench/bench_operator_fleet.py``). In fresh namespaces it measures:
@@ -33,7 +33,7 @@ from llmsim_operator.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP, VERSION, PLURAL = "llmsim.io", "v1alpha1", "llmsimulators"
-SPEC: dict[str, Any] = {"model": {"name": "p5"}, "engine": "instant", "replicas": 0}
+SPEC: dict[str, Any] = {"model": {"name": "fleet"}, "engine": "instant", "replicas": 0}
 GOAL_S = 30.0
 MANAGED = "app.kubernetes.io/managed-by=llmsim-operator"
 
@@ -114,12 +114,12 @@ def main() -> int:
 
     base_s = baseline(api, args.count)
 
-    ns = namespace(api, "llmsim-bench-p5")
+    ns = namespace(api, "llmsim-bench-fleet")
     try:
         start = time.perf_counter()
         create(api, ns, ["single"])
         single_s = until_converged(api, ns, ["single"], start, args.timeout)
-        names = [f"p5-{i:03d}" for i in range(args.count)]
+        names = [f"fleet-{i:03d}" for i in range(args.count)]
         start = time.perf_counter()
         create_s = create(api, ns, names)
         fleet_s = until_converged(api, ns, names, start, args.timeout)
@@ -142,7 +142,7 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"P5 on Kubernetes {server}: {args.count} LLMSimulators, 0 replicas each")
+    print(f"Operator fleet on Kubernetes {server}: {args.count} LLMSimulators, 0 replicas each")
     print(f"  baseline: this process applies their {3 * args.count} children itself  {base_s:7.2f} s")
     print(f"  one LLMSimulator -> Deployment and status                          {single_s or float('nan'):7.2f} s")
     print(f"  creating the {args.count} LLMSimulators                                      {create_s:7.2f} s")

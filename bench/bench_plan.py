@@ -1,18 +1,18 @@
 """Speed of virtual time: simulated seconds per second of CPU time (one core), stepping every step and jumping
 over runs of decode steps (the fast-forward), one replica and fleets.
 
-Six cases on the same model (default: the seed design's example GPU and model, 80 GiB, 3,000
-GB/s, 989 TFLOPS; 6.74 B parameters fp16, 512 KiB of KV per token: 7,609 blocks; or a model of a
+Six cases on the same model (default: a reference model of Llama 2 7B's shape on an 80 GiB GPU,
+3,000 GB/s, 989 TFLOPS; 6.74 B parameters fp16, 512 KiB of KV per token: 7,609 blocks; or a model of a
 models.yml with --config/--model), 512-token prompts and 256 output tokens unless said:
 
 1. ``simulate()`` (the single-replica core), Poisson arrivals at --rate for --duration;
 2. the same workload through a one-replica fleet (``simulate_fleet``): the fleet loop's overhead;
-3. one replica at a steady batch of 64: a closed loop of 64 clients (issue 12's first target);
+3. one replica at a steady batch of 64: a closed loop of 64 clients (goal: ≥ 1,000x real time);
 4. the same with 1,024 output tokens: four times the decode steps per request, so the work done
    once per request (admission, its blocks, hashing, its record) weighs a quarter as much;
 5. ``simulate()`` at --fleet-rate-per-replica: one replica's share of case 6;
 6. a 16-replica fleet at moderate load behind least-requests with a 50 ms scrape: Poisson at
-   16 x --fleet-rate-per-replica (issue 12's second target).
+   16 x --fleet-rate-per-replica (goal: ≥ 100x real time).
 
 Each case runs stepped (``fast_forward=False``) and jumping (the default), --repeat times,
 interleaved, and each reports its fastest run; the two must give the same results (checked).
@@ -72,7 +72,7 @@ def core() -> str:
     return "compiled (mypyc)" if str(simulation.__file__).endswith(".so") else "pure Python"
 
 
-SEED = SchedulerParams(
+REFERENCE = SchedulerParams(
     gpu=GpuSpec(hbm_bytes=80 * 2**30, memory_bandwidth=3000e9, peak_flops=989e12),
     model=ModelSpec(num_parameters=6.74e9, weight_bytes=6.74e9 * 2, kv_bytes_per_token=524_288),
     context_length=32768,
@@ -85,7 +85,7 @@ Outcome = tuple[float, int, int, int, Any]
 
 def params_for(config: str | None, model: str | None) -> tuple[str, SchedulerParams]:
     if model is None:
-        return "seed-example", SEED
+        return "reference-7b", REFERENCE
     from llmsim.config import load_models_config
     from llmsim.runtime import scheduler_params
 
@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a tenth of every duration and count (a smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", help="models.yml (with --model)")
-    ap.add_argument("--model", help="a scheduler model of --config (default: the seed design's example)")
+    ap.add_argument("--model", help="a scheduler model of --config (default: the reference 7 B model)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "plan.json")
     ap.add_argument("--baseline", type=Path, help="a source tree to measure against (jumping), in the same run")
     ap.add_argument("--jumped-only", action="store_true", help="skip the stepped runs (what a baseline run does)")

@@ -41,6 +41,34 @@ if TYPE_CHECKING:
     from llmsim.benchmark.workload import PromptShape, Workload
 
 RESULTS = Path("bench/results")
+
+#: What ``llmsim bench --help`` says (the module docstring is for the code's readers).
+DESCRIPTION = """\
+Send a workload to an OpenAI-compatible endpoint (one replica, a fleet's Service, a gateway) and
+report throughput and TTFT, ITL, TPOT and E2E percentiles, timed from each request's scheduled
+send and from its actual send. Before sending, GET /v1/models checks that the endpoint answers and
+serves --model.
+
+With --predict, llmsim plan's virtual-time prediction of the same workload (from --config, or with
+--fleet a fleet's replicas behind its router) is printed beside the measurement; with
+--reset-server-metrics, llmsim's own /metrics/summary too.
+
+examples:
+  llmsim bench --url http://127.0.0.1:8000 --model llama-3.1-8b --rate 10 --duration 60 \\
+      --prompt-tokens 1000 --output-tokens 200 --predict
+  llmsim bench --url http://gateway:4000/v1 --model llama-3.1-8b --concurrencies 1,8,64 \\
+      --requests 200 --prompt-tokens 500 --output-tokens 100 --json sweep.json
+  llmsim bench experiments      # the predict-then-measure experiments against llmsim serve
+
+Exit status: 0 when the run completed, 1 when the endpoint could not be benchmarked (unreachable,
+model not served) or every request of a load point failed, 2 for a usage or config error.
+"""
+
+
+class BenchFailed(Exception):
+    """The run cannot go on or produced nothing: one line for the user."""
+
+
 #: Mirrors of llmsim.benchmark's enums, for --help without importing it (a test keeps them equal).
 SHAPES = ("distinct", "shared-prefix", "multi-turn")
 APIS = ("completions", "chat")
@@ -60,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "bench",
         help="load an OpenAI-compatible endpoint; with --predict, beside the virtual-time prediction",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--url", help="base URL of the endpoint (a replica, a fleet's Service, a gateway)")
@@ -113,16 +141,33 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="bench_command", metavar="experiments")
-    e = sub.add_parser("experiments", help="run the predict-then-measure experiments E1-E8 against llmsim serve")
+    e = sub.add_parser(
+        "experiments",
+        help="run the predict-then-measure experiments E1-E8 against llmsim serve",
+        description="Start llmsim serve for each experiment (E1-E8), predict its workload in virtual time, "
+        "measure it, and write the results as JSON and as a markdown table. Exit 1 when a figure is out of "
+        "tolerance.",
+    )
     e.add_argument("--only", help="comma-separated experiment ids (default: all)")
     e.add_argument("--json", type=Path, dest="json_path", default=RESULTS / "experiments.json")
     e.add_argument("--markdown", type=Path, default=RESULTS / "experiments.md", help="the table for bench/README.md")
     e.set_defaults(func=run_experiments)
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = 2) -> int:
     print(f"llmsim bench: {message}", file=sys.stderr)
-    return 2
+    return code
+
+
+def first_failure(result: RunResult) -> str | None:
+    """When every counted request of a load point failed: how many, and the first error; else None."""
+    from llmsim.benchmark.records import Outcome
+
+    counted = [r for r in result.records if not r.background]
+    if not counted or any(r.outcome is not Outcome.ERROR for r in counted):
+        return None
+    first = min(counted, key=lambda r: r.sent)
+    return f"every request failed ({len(counted)} of {len(counted)}); the first: {first.error or 'unknown error'}"
 
 
 def _params(config_path: str | None, model: str) -> SchedulerParams:
@@ -225,6 +270,7 @@ async def _bench(
 ) -> list[RunResult]:
     from llmsim.benchmark import client as load_client
     from llmsim.benchmark.client import Target
+    from llmsim.benchmark.preflight import preflight
     from llmsim.benchmark.progress import Progress
     from llmsim.benchmark.prompts import Api
     from llmsim.benchmark.report import format_result
@@ -240,6 +286,9 @@ async def _bench(
     )
     results = []
     async with load_client.session() as http:
+        problem = await preflight(http, target)
+        if problem is not None:
+            raise BenchFailed(problem)
         for load, value, workload in points:
             prediction = predictor(workload) if predictor is not None else None
             progress = Progress(f"{load} {value:g}" if value is not None else load, enabled=not args.no_progress)
@@ -256,6 +305,10 @@ async def _bench(
             print(format_result(result), flush=True)
             print(flush=True)
             results.append(result)
+            failure = first_failure(result)
+            if failure is not None:
+                label = f"{load} {value:g}" if value is not None else load
+                raise BenchFailed(f"{label}: {failure}")
     return results
 
 
@@ -278,7 +331,10 @@ def run(args: argparse.Namespace) -> int:
         predictor = _predictor(args)
     except (ConfigError, ValueError, OSError) as exc:
         return _fail(str(exc))
-    results: list[RunResult] = _run_loop(_bench(args, points, predictor))
+    try:
+        results: list[RunResult] = _run_loop(_bench(args, points, predictor))
+    except BenchFailed as exc:
+        return _fail(str(exc), code=1)
     if len(results) > 1:
         print(format_sweep(results))
     if args.json_path is not None:

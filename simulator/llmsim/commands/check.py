@@ -3,18 +3,22 @@
 Prints each model's engine and KV capacity, and for a scheduler model the timing knobs it runs
 with, each with where it came from: the file, the built-in calibration data (a published vLLM
 sweep, or the nearest calibrated GPU or model, as ``llmsim/data/calibrated_timing.yml`` derives
-it), or the schema's default.
+it), or the schema's default. ``--json`` prints the same as one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from llmsim.config import ModelConfig
+from llmsim.config import ModelConfig, ModelsConfig
 from llmsim.config.calibrated_timing import TIMING_KNOBS, dataset_sources
+from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
 
@@ -22,10 +26,34 @@ from llmsim.runtime import build_runtime
 _CITED = re.compile(r"calibration data (\S+) \(|held at (\S+)'s value")
 
 
+class EngineFacts(Protocol):
+    """What a served model says about its engine (``/v1/models``' ``llmsim`` key)."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
+    def hardware(self) -> str | None: ...
+    @property
+    def kv_cache_blocks(self) -> int | None: ...
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def max_num_sequences(self) -> int | None: ...
+    @property
+    def max_batch_tokens(self) -> int | None: ...
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("check", help="validate models.yml and responses.yml, then exit")
-    p.add_argument("--config", default=os.environ.get("LLMSIM_CONFIG"))
-    p.add_argument("--responses", default=os.environ.get("LLMSIM_RESPONSES"))
+    p = subparsers.add_parser(
+        "check",
+        help="validate models.yml and responses.yml, print each model's capacity and timing, then exit",
+        description="Validate models.yml and responses.yml as `llmsim serve` would, without binding a port; "
+        "print each model's engine, KV-cache capacity and batch limits, and its timing knobs with where each "
+        "came from. Exit 2 on a config error.",
+    )
+    p.add_argument("--config", default=os.environ.get("LLMSIM_CONFIG"), help="models.yml (default: embedded)")
+    p.add_argument("--responses", default=os.environ.get("LLMSIM_RESPONSES"), help="responses.yml")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=run)
 
 
@@ -38,28 +66,81 @@ def knob_value(model: ModelConfig, knob: str) -> float:
     return float(getattr(model.latency, field)) if model.latency is not None else 0.0
 
 
+def describe_engine(info: EngineFacts) -> list[str]:
+    """A model's engine and capacity as lines a person reads (the first goes after the model's name)."""
+    if info.engine != "scheduler":
+        return [f"{info.engine} engine"]
+    lines = [f"scheduler engine on {info.hardware}"]
+    if info.kv_cache_blocks is not None and info.block_size is not None:
+        tokens = info.kv_cache_blocks * info.block_size
+        lines.append(f"  KV cache   {info.kv_cache_blocks:,} blocks of {info.block_size} tokens ({tokens:,} tokens)")
+    if info.max_num_sequences is not None and info.max_batch_tokens is not None:
+        lines.append(
+            f"  batch      up to {info.max_num_sequences:,} sequences, {info.max_batch_tokens:,} tokens per step"
+        )
+    return lines
+
+
+def _cited(sources: dict[str, str]) -> set[str]:
+    cited: set[str] = set()
+    for source in sources.values():
+        for match in _CITED.findall(source):
+            cited.update(name for name in match if name)
+    return cited
+
+
+def report(config: ModelsConfig, infos: Mapping[str, EngineFacts]) -> dict[str, Any]:
+    """The check's findings as plain data: what ``--json`` prints and the text is written from."""
+    models: dict[str, Any] = {}
+    cited: set[str] = set()
+    for name, info in infos.items():
+        sources = config.timing_sources(name)
+        cited |= _cited(sources)
+        models[name] = {
+            "engine": info.engine,
+            "hardware": info.hardware,
+            "kv_cache_blocks": info.kv_cache_blocks,
+            "block_size": info.block_size,
+            "kv_cache_tokens": (
+                info.kv_cache_blocks * info.block_size
+                if info.kv_cache_blocks is not None and info.block_size is not None
+                else None
+            ),
+            "max_num_sequences": info.max_num_sequences,
+            "max_batch_tokens": info.max_batch_tokens,
+            "timing": {
+                knob: {"value": knob_value(config.model(name), knob), "source": sources[knob]} for knob in sources
+            },
+        }
+    data = {name: source for name, source in dataset_sources().items() if name in cited}
+    return {"models": models, "calibration_data": data}
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         runtime = build_runtime(args.config, args.responses)
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
         return 2
-    config = runtime.config
-    cited: set[str] = set()
-    for name, served in runtime.state.models.items():
-        print(f"{name}: {served.info}")
-        sources = config.timing_sources(name)
-        if not sources:
+    infos = {name: served.info for name, served in runtime.state.models.items()}
+    body = report(runtime.config, infos)
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"models.yml: {args.config or EMBEDDED_MODELS}: {len(infos)} model(s), OK")
+    for name, info in infos.items():
+        first, *rest = describe_engine(info)
+        print(f"{name}: {first}")
+        for line in rest:
+            print(line)
+        timing = body["models"][name]["timing"]
+        if not timing:
             continue
         print("  timing (value: source)")
         for knob in TIMING_KNOBS:
-            source = sources[knob]
-            for match in _CITED.findall(source):
-                cited.update(name for name in match if name)
-            print(f"    {knob:<38}{knob_value(config.model(name), knob):>9.4g}: {source}")
-    if cited:
+            print(f"    {knob:<38}{timing[knob]['value']:>9.4g}: {timing[knob]['source']}")
+    if body["calibration_data"]:
         print("calibration data:")
-        for dataset, source in dataset_sources().items():
-            if dataset in cited:
-                print(f"  {dataset}: {source}")
+        for dataset, source in body["calibration_data"].items():
+            print(f"  {dataset}: {source}")
     return 0
