@@ -20,8 +20,14 @@ def test_defaults_come_from_the_crd_schema() -> None:
     assert sim.engine == "scheduler"
     assert sim.spec["replicas"] == 1
     assert sim.spec["hardware"] == {"profile": "h100-80gb"}
-    # default: {} on the section cascades into its properties' defaults
-    assert sim.spec["scheduler"] == {"blockSize": 16, "gpuMemoryUtilization": 0.9, "watermark": 0.0}
+    # default: {} on the section cascades into its properties' defaults (llmsim's, from its models.yml schema)
+    assert sim.spec["scheduler"] == {
+        "blockSize": 16,
+        "gpuMemoryUtilization": 0.9,
+        "watermark": 0.0,
+        "enablePrefixCaching": True,
+        "asyncScheduling": True,
+    }
     assert sim.spec["service"] == {"type": "ClusterIP", "port": 8000}
     assert sim.spec["monitoring"] == {"serviceMonitor": {"enabled": False, "interval": "30s"}}
     assert sim.spec["autoscaling"] == {"external": False}
