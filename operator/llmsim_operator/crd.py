@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmsim_operator.conventions import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, SumAtMost, attach
 from llmsim_operator.simulator_schema import Layout, Place, Schema
 
 #: Where the spec takes llmsim's models.yml fields from (paths from a model entry; "/": the document).
@@ -59,39 +60,32 @@ NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX_LENGTH = 63
 DURATION_PATTERN = "^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 
-# CEL rules, each mirrored by a check in spec.py (the message is the same text).
-RULE_NAME = (
-    f"self.metadata.name.matches('{NAME_PATTERN}') && size(self.metadata.name) <= {NAME_MAX_LENGTH}",
+# CEL rules; spec.py runs each one's Python twin (rules.py) wherever the schema attaches it.
+RULE_NAME = Matches(
     f"metadata.name must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (it names the Service)",
+    "metadata.name",
+    NAME_PATTERN,
+    NAME_MAX_LENGTH,
 )
-RULE_SCHEDULER_MODEL = (
-    "self.engine != 'scheduler' || has(self.model.profile) || "
-    "(has(self.model.parametersBillions) && has(self.model.kvBytesPerToken))",
+RULE_SCHEDULER_MODEL = NeedsOneGroup(
     "the scheduler engine needs model.profile, or both model.parametersBillions and model.kvBytesPerToken",
+    [["model.profile"], ["model.parametersBillions", "model.kvBytesPerToken"]],
+    when=("engine", "scheduler"),
 )
-RULE_HARDWARE = (
-    "has(self.profile) || (has(self.hbmGiB) && has(self.memoryBandwidthGBps) && has(self.peakTFLOPS))",
+RULE_HARDWARE = NeedsOneGroup(
     "hardware needs a profile, or all of hbmGiB, memoryBandwidthGBps and peakTFLOPS",
+    [["profile"], ["hbmGiB", "memoryBandwidthGBps", "peakTFLOPS"]],
 )
-RULE_RESPONSES = (
-    "!(has(self.inline) && has(self.configMapRef))",
-    "responses takes either inline or configMapRef, not both",
-)
-RULE_DISRUPTION_BUDGET = (
-    "!(has(self.maxUnavailable) && has(self.minAvailable))",
-    "podDisruptionBudget takes maxUnavailable or minAvailable, not both",
+RULE_RESPONSES = NotBoth("responses takes either inline or configMapRef, not both", "inline", "configMapRef")
+RULE_DISRUPTION_BUDGET = NotBoth(
+    "podDisruptionBudget takes maxUnavailable or minAvailable, not both", "maxUnavailable", "minAvailable"
 )
 #: Fault kinds as spec fields (camelCase), from models.yml's ``faults.rates``.
 FAULT_RATES = tuple(MODELS.properties("")["faults"]["properties"]["rates"]["properties"])
-# One fault per request: the rates add up to at most 1 (with room for float rounding, as llmsim).
-RULE_FAULT_RATES = (
-    " + ".join(f"(has(self.{k}) ? self.{k} : 0.0)" for k in FAULT_RATES) + " <= 1.000000001",
-    "faults.rates add up to more than 1 (a request gets at most one fault)",
-)
-
-
-def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+# One fault per request (llmsim's FaultRates checks the same).
+RULE_FAULT_RATES = SumAtMost("faults.rates add up to more than 1 (a request gets at most one fault)", FAULT_RATES, 1.0)
+#: Every rule (spec.py re-checks them, on clusters without CEL too).
+RULES = (RULE_NAME, RULE_SCHEDULER_MODEL, RULE_HARDWARE, RULE_RESPONSES, RULE_DISRUPTION_BUDGET, RULE_FAULT_RATES)
 
 
 def _obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
@@ -151,7 +145,7 @@ _HARDWARE = _obj(
         **MODELS.properties("hardware"),
     },
     default={"profile": "h100-80gb"},
-    **_rules(RULE_HARDWARE),
+    **attach(RULE_HARDWARE),
 )
 
 _SCHEDULER = _obj(
@@ -218,7 +212,7 @@ _RESPONSES = _obj(
         ),
     },
     default={},
-    **_rules(RULE_RESPONSES),
+    **attach(RULE_RESPONSES),
 )
 
 
@@ -301,7 +295,7 @@ _DISRUPTION_BUDGET = _obj(
         "minAvailable": _int_or_percent("Pods that must stay up instead, e.g. 2 or 50% (excludes maxUnavailable)."),
     },
     default={},
-    **_rules(RULE_DISRUPTION_BUDGET),
+    **attach(RULE_DISRUPTION_BUDGET),
 )
 
 _AUTOSCALING = _obj(
@@ -320,7 +314,7 @@ _AUTOSCALING = _obj(
 _MODELS_TOP = MODELS.properties("")
 # models.yml requires an engine; an LLMSimulator gets the scheduler unless it says otherwise.
 _MODELS_TOP["engine"] = {**_MODELS_TOP["engine"], "default": "scheduler"}
-_MODELS_TOP["faults"]["properties"]["rates"].update(_rules(RULE_FAULT_RATES))
+_MODELS_TOP["faults"]["properties"]["rates"].update(attach(RULE_FAULT_RATES))
 
 SPEC_SCHEMA = _obj(
     "Desired state of a fleet of simulated LLM servers.",
@@ -364,7 +358,7 @@ SPEC_SCHEMA = _obj(
         "monitoring": _MONITORING,
     },
     required=["model"],
-    **_rules(RULE_SCHEDULER_MODEL),
+    **attach(RULE_SCHEDULER_MODEL),
 )
 
 _CONDITION = _obj(
@@ -425,7 +419,7 @@ ROOT_SCHEMA = _obj(
         "status": STATUS_SCHEMA,
     },
     required=["spec"],
-    **_rules(RULE_NAME),
+    **attach(RULE_NAME),
 )
 
 

@@ -76,16 +76,16 @@ def test_fixed_engine_needs_no_model_size() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"model": {"name": "m"}}, crd.RULE_SCHEDULER_MODEL[1]),
-        ({"model": {"name": "m", "parametersBillions": 7}}, crd.RULE_SCHEDULER_MODEL[1]),
-        (minimal_spec() | {"hardware": {"hbmGiB": 24, "peakTFLOPS": 100}}, crd.RULE_HARDWARE[1]),
+        ({"model": {"name": "m"}}, crd.RULE_SCHEDULER_MODEL.message),
+        ({"model": {"name": "m", "parametersBillions": 7}}, crd.RULE_SCHEDULER_MODEL.message),
+        (minimal_spec() | {"hardware": {"hbmGiB": 24, "peakTFLOPS": 100}}, crd.RULE_HARDWARE.message),
         (
             minimal_spec() | {"responses": {"inline": "x", "configMapRef": {"name": "r"}}},
-            crd.RULE_RESPONSES[1],
+            crd.RULE_RESPONSES.message,
         ),
         (
             minimal_spec() | {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 1, "minAvailable": 1}},
-            crd.RULE_DISRUPTION_BUDGET[1],
+            crd.RULE_DISRUPTION_BUDGET.message,
         ),
         ({"model": {"name": "m", "profile": "gpt-5"}}, "unknown model profile 'gpt-5'"),
         (minimal_spec() | {"hardware": {"profile": "tpu-v9"}}, "unknown hardware profile 'tpu-v9'"),
