@@ -174,7 +174,8 @@ def openapi(node: Schema, root: Schema) -> tuple[Schema, Keys | None]:
     """A JSON Schema node (pydantic's, draft 2020-12) as a structural OpenAPI v3 schema, camelCase keys.
 
     Only scalar defaults are kept: an object's default is its fields' defaults, which the API server
-    applies one by one (pydantic writes out whole section instances instead).
+    applies one by one (pydantic writes out whole section instances instead). A field keeps llmsim's
+    default in models.yml anyway: the operator leaves out what equals it (:meth:`Binding.convert`).
     """
     node = _resolve(node, root)
     out: Schema = {}
@@ -216,7 +217,9 @@ def openapi(node: Schema, root: Schema) -> tuple[Schema, Keys | None]:
             out[key] = node[key]
     if "description" in node:
         out["description"] = _FIELD_REFERENCE.sub(lambda m: f"`{camel(m[1])}`", node["description"])
-    if node.get("default") is not None and not isinstance(node["default"], dict | list):
+    # NOTE: not an empty string either: it says nothing, and a 1.20 API server refuses the CRD when it gets
+    # there as null (as kubernetes' Python client sends it).
+    if node.get("default") not in (None, "") and not isinstance(node["default"], dict | list):
         out["default"] = node["default"]
     if out["type"] == "integer" and out["format"] == "int32" and out.get("maximum", 0) > _INT32_MAX:
         out["format"] = "int64"
