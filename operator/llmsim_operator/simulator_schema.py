@@ -11,6 +11,7 @@ pydantic fields) and into :class:`Binding` s, from which ``simulator_config`` wr
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -108,8 +109,8 @@ class Layout:
             self._add(place)
 
     def properties(self, into: str) -> dict[str, Schema]:
-        """OpenAPI properties the models.yml fields put into the spec object ``into``."""
-        return dict(self._properties.get(into, {}))
+        """OpenAPI properties the models.yml fields put into the spec object ``into`` (a copy, free to extend)."""
+        return copy.deepcopy(self._properties.get(into, {}))
 
     def _add(self, place: Place) -> None:
         document = place.source.startswith(DOCUMENT)
