@@ -70,3 +70,9 @@ bench-plan: compiled
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
+
+# Every file derived from the code (models.yml's JSON Schema for the operator, the CRD in crds/ and the
+# chart, deploy/llmsim-operator.yaml); tests/test_generated.py fails until they match.
+.PHONY: generate
+generate: $(VENV)/.installed-dev
+	$(BIN)/python hack/generate.py

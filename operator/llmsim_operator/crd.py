@@ -1,67 +1,91 @@
 """The LLMSimulator CustomResourceDefinition: the one source of truth for crds/ and the chart.
 
-``llmsim-operator crd`` prints it; a test checks that ``crds/llmsim.io_llmsimulators.yaml`` and the
-chart's copy equal it. The operator applies the schema's defaults itself (:mod:`.defaulting`) and
-re-checks the CEL rules (:mod:`.spec`), because kube-apiserver < 1.25 does not know
-``x-kubernetes-validations`` (``llmsim-operator crd --kube-version 1.24`` leaves them out).
+Every field that is a models.yml field comes from llmsim's pydantic schema (:data:`MODELS_FIELDS`
+says where each goes in the spec, :mod:`.simulator_schema` converts it): its type, bounds, default
+and description are written once, in ``simulator/llmsim/config/schema.py``. This module adds what
+only Kubernetes has (replicas, Service, probes, Secrets, ConfigMaps), the section descriptions and
+the CEL rules.
+
+``make generate`` writes ``crds/llmsim.io_llmsimulators.yaml``, the chart's copy and
+``deploy/llmsim-operator.yaml``; a test checks they equal it. The operator applies the schema's
+defaults itself (:mod:`.defaulting`) and re-checks the CEL rules (:mod:`.spec`), because
+kube-apiserver < 1.25 does not know ``x-kubernetes-validations`` (``llmsim-operator crd
+--kube-version 1.24`` leaves them out).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import llmsim_capacity
 from llmsim_operator.conventions import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, SumAtMost, attach
+from llmsim_operator.simulator_schema import Layout, Place, Schema
 
-Schema = dict[str, Any]
+#: Where the spec takes llmsim's models.yml fields from (paths from a model entry; "/": the document).
+#: A field added to a section of llmsim's schema appears here by itself (``make generate``).
+MODELS_FIELDS = (
+    Place("model", "name"),
+    Place("model", "profile"),
+    Place("model", "context_length"),
+    Place("model", "weights.parameters_billions"),
+    Place("model", "weights.bytes_per_parameter"),
+    Place("model", "kv_cache.bytes_per_token", name="kvBytesPerToken"),
+    # Rendered under the name the operator gives the entry (a profile's, or "custom").
+    Place(
+        "hardware",
+        "/hardware{}.*",
+        exclude=("description",),
+        rename={"hbm_gib": "hbmGiB", "memory_bandwidth_gbps": "memoryBandwidthGBps", "peak_tflops": "peakTFLOPS"},
+        render=False,
+    ),
+    Place("", "engine"),
+    Place("scheduler", "scheduler.*"),
+    Place("scheduler", "kv_cache.*", exclude=("bytes_per_token",)),
+    Place("latency", "latency.*"),
+    Place("efficiency", "efficiency.*"),
+    Place("", "legacy_metrics"),
+    Place("", "faults"),
+    Place("", "/startup_seconds"),
+    Place("", "enable_prompt_tokens_details"),
+    Place("", "lora"),
+    # The operator writes kv_events and tokenizer itself (endpoint from the port, path from the mount).
+    Place("kvEvents", "kv_events.enable_kv_cache_events", name="enabled", render=False),
+    Place("kvEvents", "kv_events.event_format", render=False),
+    Place("tokenizer", "tokenizer.chat_template", render=False),
+)
+MODELS = Layout(MODELS_FIELDS)
 
 #: A Kubernetes object name usable as a Service name (DNS-1035 label).
 NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 NAME_MAX_LENGTH = 63
 DURATION_PATTERN = "^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 
-# CEL rules, each mirrored by a check in spec.py (the message is the same text).
-RULE_NAME = (
-    f"self.metadata.name.matches('{NAME_PATTERN}') && size(self.metadata.name) <= {NAME_MAX_LENGTH}",
+# CEL rules; spec.py runs each one's Python twin (rules.py) wherever the schema attaches it.
+RULE_NAME = Matches(
     f"metadata.name must be a DNS-1035 label of at most {NAME_MAX_LENGTH} characters (it names the Service)",
+    "metadata.name",
+    NAME_PATTERN,
+    NAME_MAX_LENGTH,
 )
-RULE_SCHEDULER_MODEL = (
-    "self.engine != 'scheduler' || has(self.model.profile) || "
-    "(has(self.model.parametersBillions) && has(self.model.kvBytesPerToken))",
+RULE_SCHEDULER_MODEL = NeedsOneGroup(
     "the scheduler engine needs model.profile, or both model.parametersBillions and model.kvBytesPerToken",
+    [["model.profile"], ["model.parametersBillions", "model.kvBytesPerToken"]],
+    when=("engine", "scheduler"),
 )
-RULE_HARDWARE = (
-    "has(self.profile) || (has(self.hbmGiB) && has(self.memoryBandwidthGBps) && has(self.peakTFLOPS))",
+RULE_HARDWARE = NeedsOneGroup(
     "hardware needs a profile, or all of hbmGiB, memoryBandwidthGBps and peakTFLOPS",
+    [["profile"], ["hbmGiB", "memoryBandwidthGBps", "peakTFLOPS"]],
 )
-RULE_RESPONSES = (
-    "!(has(self.inline) && has(self.configMapRef))",
-    "responses takes either inline or configMapRef, not both",
+RULE_RESPONSES = NotBoth("responses takes either inline or configMapRef, not both", "inline", "configMapRef")
+RULE_DISRUPTION_BUDGET = NotBoth(
+    "podDisruptionBudget takes maxUnavailable or minAvailable, not both", "maxUnavailable", "minAvailable"
 )
-RULE_DISRUPTION_BUDGET = (
-    "!(has(self.maxUnavailable) && has(self.minAvailable))",
-    "podDisruptionBudget takes maxUnavailable or minAvailable, not both",
-)
-#: Fault kinds as CR fields (camelCase) -> models.yml's ``faults.rates`` keys.
-FAULT_RATES = {
-    "rateLimit": "rate_limit",
-    "serverError": "server_error",
-    "unavailable": "unavailable",
-    "badRequest": "bad_request",
-    "abortMidStream": "abort_mid_stream",
-    "stall": "stall",
-    "slow": "slow",
-    "crash": "crash",
-}
-# One fault per request: the rates add up to at most 1 (with room for float rounding, as llmsim).
-RULE_FAULT_RATES = (
-    " + ".join(f"(has(self.{k}) ? self.{k} : 0.0)" for k in FAULT_RATES) + " <= 1.000000001",
-    "faults.rates add up to more than 1 (a request gets at most one fault)",
-)
-
-
-def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+#: Fault kinds as spec fields (camelCase), from models.yml's ``faults.rates``.
+FAULT_RATES = tuple(MODELS.properties("")["faults"]["properties"]["rates"]["properties"])
+# One fault per request (llmsim's FaultRates checks the same).
+RULE_FAULT_RATES = SumAtMost("faults.rates add up to more than 1 (a request gets at most one fault)", FAULT_RATES, 1.0)
+#: Every rule (spec.py re-checks them, on clusters without CEL too).
+RULES = (RULE_NAME, RULE_SCHEDULER_MODEL, RULE_HARDWARE, RULE_RESPONSES, RULE_DISRUPTION_BUDGET, RULE_FAULT_RATES)
 
 
 def _obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
@@ -77,14 +101,6 @@ def _int(description: str, minimum: int | None = 1, **extra: Any) -> Schema:
     if minimum is not None:
         out["minimum"] = minimum
     return out
-
-
-def _positive(description: str, **extra: Any) -> Schema:
-    return {"type": "number", "description": description, "exclusiveMinimum": True, "minimum": 0, **extra}
-
-
-def _fraction(description: str, **extra: Any) -> Schema:
-    return _positive(description, maximum=1, **extra)
 
 
 def _bool(description: str, default: bool) -> Schema:
@@ -117,108 +133,35 @@ def _quantities(description: str) -> Schema:
 
 _MODEL = _obj(
     "The served model: its name, and its size from a built-in profile or explicit numbers (explicit numbers win).",
-    {
-        "name": _str("Model name served on /v1/models and expected in requests' `model` field.", minLength=1),
-        "profile": _str(
-            "Built-in model profile (llmsim's model_profiles.yml), e.g. llama-3.1-8b, qwen2.5-7b, llama-2-7b."
-        ),
-        "parametersBillions": _positive("Parameter count in billions (sets the weights' size in HBM)."),
-        "bytesPerParameter": _positive(
-            f"Bytes per weight: 2 for fp16/bf16, 1 for fp8 (default {llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER:g})."
-        ),
-        "kvBytesPerToken": _int("KV-cache bytes per token: layers x KV heads x head_dim x 2 (K and V) x dtype bytes."),
-        "contextLength": _int(
-            "Maximum context length in tokens (default: the profile's, else "
-            f"{llmsim_capacity.DEFAULT_CONTEXT_LENGTH}). One request of this length must fit in the KV cache."
-        ),
-    },
+    MODELS.properties("model"),
     required=["name"],
 )
-
 _HARDWARE = _obj(
     "The simulated GPU: a built-in profile, or explicit datasheet figures (explicit figures override the profile's).",
     {
         "profile": _str(
             "Built-in GPU profile (llmsim's hardware.yml), e.g. h100-80gb, a100-80gb, l4-24gb.",
         ),
-        "hbmGiB": _positive("GPU memory in GiB."),
-        "memoryBandwidthGBps": _positive("Memory bandwidth in GB/s (1e9 bytes/s)."),
-        "peakTFLOPS": _positive("Dense FP16/BF16 tensor throughput in TFLOPS (no sparsity)."),
+        **MODELS.properties("hardware"),
     },
     default={"profile": "h100-80gb"},
-    **_rules(RULE_HARDWARE),
+    **attach(RULE_HARDWARE),
 )
 
 _SCHEDULER = _obj(
     "Continuous-batching limits and KV-cache sizing of the scheduler engine (vLLM's names in parentheses).",
-    {
-        "maxBatchTokens": _int("Token budget of one step (max_num_batched_tokens; default by GPU size)."),
-        "maxNumSequences": _int("Sequences running at once (max_num_seqs; default by GPU size)."),
-        "maxWaitingRequests": _int("Waiting requests beyond this get HTTP 503 (default: unbounded)."),
-        "blockSize": _int("Tokens per KV-cache block.", default=llmsim_capacity.DEFAULT_BLOCK_SIZE),
-        "gpuMemoryUtilization": _fraction(
-            "Fraction of GPU memory for weights and KV cache (gpu_memory_utilization).",
-            default=llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
-        ),
-        "watermark": {
-            "type": "number",
-            "description": "Fraction of KV blocks kept free when admitting new requests.",
-            "minimum": 0,
-            "maximum": 1,
-            "exclusiveMaximum": True,
-            "default": 0.0,
-        },
-        "enablePrefixCaching": {
-            "type": "boolean",
-            "description": "Reuse cached KV blocks of shared prompt prefixes (enable_prefix_caching; the simulator's "
-            "default, as vLLM V1's, is on).",
-        },
-        "asyncScheduling": {
-            "type": "boolean",
-            "description": "Schedule step k+1 while step k runs (async_scheduling; default on, as in vLLM since late 2025).",
-        },
-    },
+    MODELS.properties("scheduler"),
     default={},
-)
-
-_LORA = _obj(
-    "LoRA adapters served on the model (vLLM's --enable-lora, --max-loras, --max-cpu-loras, --lora-modules). "
-    "Requests name an adapter in `model`.",
-    {
-        "maxLoras": _int("Distinct adapters in one running batch (max_loras; default 1)."),
-        "maxCpuLoras": _int("Adapters kept loaded (max_cpu_loras; default maxLoras); must be >= maxLoras."),
-        "loadMs": {
-            "type": "number",
-            "minimum": 0,
-            "description": "Simulated time to load an adapter that is not loaded (ms, default 0).",
-        },
-        "adapters": {
-            "type": "array",
-            "description": "Adapters loaded at startup, in order.",
-            "items": _obj(
-                "One adapter.",
-                {
-                    "name": _str("Adapter name, as requests give it in `model`.", minLength=1),
-                    "path": _str("Where vLLM would load it from (part of the prefix-cache block hash)."),
-                },
-                required=["name"],
-            ),
-        },
-    },
 )
 
 _KV_EVENTS = _obj(
     "KV-cache events for KV-aware routers (vLLM's --kv-events-config): a ZMQ PUB socket on each pod.",
     {
-        "enabled": _bool("Publish BlockStored/BlockRemoved/AllBlocksCleared events.", False),
+        **MODELS.properties("kvEvents"),
         "port": _int("Container port the PUB socket binds (named `kv-events`; default 5557).", maximum=65535),
         "topic": _str(
             "ZMQ topic; {pod_ip} and {model} are filled in on each pod (default kv@{pod_ip}@{model}, "
             "the topic shape llm-d's KV-cache indexer parses)."
-        ),
-        "eventFormat": _str(
-            "map: events as msgpack maps (vLLM now); array: positional arrays (vLLM up to 0.23).",
-            enum=["map", "array"],
         ),
     },
 )
@@ -235,7 +178,7 @@ _TOKENIZER = _obj(
             },
             required=["name"],
         ),
-        "chatTemplate": _str("Chat template rendered around messages.", enum=["chatml", "llama-3"]),
+        **MODELS.properties("tokenizer"),
     },
     required=["configMapRef"],
 )
@@ -244,32 +187,14 @@ _LATENCY = _obj(
     "Fixed costs. stepOverheadMs, stepOverheadPerSequenceMs and requestOverheadMs apply to the scheduler engine "
     "(default: llmsim's calibration of the model profile on the hardware profile, fitted to published vLLM runs; "
     "else 0); the others define the fixed engine's timeline.",
-    {
-        "stepOverheadMs": {"type": "number", "minimum": 0, "description": "Cost added to every scheduler step (ms)."},
-        "stepOverheadPerSequenceMs": {
-            "type": "number",
-            "minimum": 0,
-            "description": "Cost added to a scheduler step for each sequence in its batch (ms).",
-        },
-        "requestOverheadMs": {
-            "type": "number",
-            "minimum": 0,
-            "description": "Time from a request's arrival to the scheduler (HTTP, chat template, tokenization) (ms).",
-        },
-        "ttftOverheadMs": {"type": "number", "minimum": 0, "description": "Fixed engine: TTFT before prefill (ms)."},
-        "prefillTokensPerSecond": _positive("Fixed engine: prompt tokens processed per second (adds to TTFT)."),
-        "itlMs": {"type": "number", "minimum": 0, "description": "Fixed engine: time between output tokens (ms)."},
-    },
+    MODELS.properties("latency"),
 )
 
 _EFFICIENCY = _obj(
     "Achieved fraction of the GPU's peak (calibration knobs of the roofline cost model). Default: llmsim's "
     "calibration of the model profile on the hardware profile (a built-in GPU named without explicit figures), "
     "fitted to published vLLM runs; else 1.",
-    {
-        "compute": _fraction("Fraction of peak TFLOPS achieved."),
-        "memory": _fraction("Fraction of peak memory bandwidth achieved."),
-    },
+    MODELS.properties("efficiency"),
 )
 
 _RESPONSES = _obj(
@@ -287,41 +212,7 @@ _RESPONSES = _obj(
         ),
     },
     default={},
-    **_rules(RULE_RESPONSES),
-)
-
-
-def _rate(description: str) -> Schema:
-    return {"type": "number", "minimum": 0, "maximum": 1, "description": description}
-
-
-_FAULTS = _obj(
-    "Fault injection (llmsim's models.yml `faults`): per request, at most one fault drawn from (seed, request id "
-    "or number) at these rates, so a run is reproducible. See llmsim's docs/faults.md.",
-    {
-        "seed": {"type": "integer", "format": "int64", "description": "Seed of the draws (default 0)."},
-        "rates": _obj(
-            "Probability of each fault per request (0-1; together at most 1).",
-            {
-                "rateLimit": _rate("429 with Retry-After."),
-                "serverError": _rate("500."),
-                "unavailable": _rate("503 with Retry-After."),
-                "badRequest": _rate("400."),
-                "abortMidStream": _rate("The connection drops after some tokens (a truncated response)."),
-                "stall": _rate("The stream pauses stallMs before one of its tokens."),
-                "slow": _rate("The request's whole timeline is stretched by slowFactor."),
-                "crash": _rate("The simulator process exits (the pod restarts)."),
-            },
-            **_rules(RULE_FAULT_RATES),
-        ),
-        "stallMs": {"type": "number", "minimum": 0, "description": "Length of a stall in ms (default 1000)."},
-        "slowFactor": {"type": "number", "minimum": 1, "description": "Latency multiplier of slow (default 2)."},
-        "headerOverride": _bool(
-            "Obey the x-llmsim-fault request header (one fault forced on one request). Off: clients cannot "
-            "trigger faults.",
-            False,
-        ),
-    },
+    **attach(RULE_RESPONSES),
 )
 
 
@@ -404,7 +295,7 @@ _DISRUPTION_BUDGET = _obj(
         "minAvailable": _int_or_percent("Pods that must stay up instead, e.g. 2 or 50% (excludes maxUnavailable)."),
     },
     default={},
-    **_rules(RULE_DISRUPTION_BUDGET),
+    **attach(RULE_DISRUPTION_BUDGET),
 )
 
 _AUTOSCALING = _obj(
@@ -419,27 +310,21 @@ _AUTOSCALING = _obj(
     default={},
 )
 
+#: The spec's own models.yml fields: engine, legacyMetrics, faults, startupSeconds, lora, ...
+_MODELS_TOP = MODELS.properties("")
+# models.yml requires an engine; an LLMSimulator gets the scheduler unless it says otherwise.
+_MODELS_TOP["engine"] = {**_MODELS_TOP["engine"], "default": "scheduler"}
+_MODELS_TOP["faults"]["properties"]["rates"].update(attach(RULE_FAULT_RATES))
+
 SPEC_SCHEMA = _obj(
     "Desired state of a fleet of simulated LLM servers.",
     {
         "model": _MODEL,
         "hardware": _HARDWARE,
-        "engine": _str(
-            "Timing engine: scheduler (continuous batching on the simulated GPU), fixed (per-request "
-            "timeline, load-independent) or instant (no delay).",
-            enum=["scheduler", "fixed", "instant"],
-            default="scheduler",
-        ),
         "scheduler": _SCHEDULER,
         "latency": _LATENCY,
         "efficiency": _EFFICIENCY,
-        "legacyMetrics": _bool("Also expose deprecated vLLM metric names some routers still read.", False),
-        "faults": _FAULTS,
-        "startupSeconds": {
-            "type": "number",
-            "minimum": 0,
-            "description": "Simulated model load: pods bind at once but stay unready (/health 503) this long.",
-        },
+        **_MODELS_TOP,
         "shutdownTimeoutSeconds": _int(
             "On termination, seconds running requests get to finish before they are aborted (vLLM's "
             "--shutdown-timeout; 0: abort at once). The pod's terminationGracePeriodSeconds is this plus 10.",
@@ -455,12 +340,6 @@ SPEC_SCHEMA = _obj(
             "when no API key is set.",
             "admin-key",
         ),
-        "enablePromptTokensDetails": {
-            "type": "boolean",
-            "description": "Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details; "
-            "default off, as vLLM).",
-        },
-        "lora": _LORA,
         "kvEvents": _KV_EVENTS,
         "tokenizer": _TOKENIZER,
         "responses": _RESPONSES,
@@ -479,7 +358,7 @@ SPEC_SCHEMA = _obj(
         "monitoring": _MONITORING,
     },
     required=["model"],
-    **_rules(RULE_SCHEDULER_MODEL),
+    **attach(RULE_SCHEDULER_MODEL),
 )
 
 _CONDITION = _obj(
@@ -540,7 +419,7 @@ ROOT_SCHEMA = _obj(
         "status": STATUS_SCHEMA,
     },
     required=["spec"],
-    **_rules(RULE_NAME),
+    **attach(RULE_NAME),
 )
 
 

@@ -20,76 +20,35 @@ from llmsim_operator.conventions import (
     TOKENIZER_DIR,
     TOKENIZER_FILE,
 )
-from llmsim_operator.crd import FAULT_RATES
+from llmsim_operator.crd import MODELS
+from llmsim_operator.simulator_schema import OMIT
 from llmsim_operator.spec import SimulatorSpec
-
-# camelCase spec key -> models.yml key, per section.
-_WEIGHTS = {"parametersBillions": "parameters_billions", "bytesPerParameter": "bytes_per_parameter"}
-_KV_CACHE = {
-    "kvBytesPerToken": "bytes_per_token",
-    "blockSize": "block_size",
-    "gpuMemoryUtilization": "gpu_memory_utilization",
-    "watermark": "watermark",
-    "enablePrefixCaching": "enable_prefix_caching",
-}
-_SCHEDULER = {
-    "maxBatchTokens": "max_batch_tokens",
-    "maxNumSequences": "max_num_sequences",
-    "maxWaitingRequests": "max_waiting_requests",
-    "asyncScheduling": "async_scheduling",
-}
-_LORA = {"maxLoras": "max_loras", "maxCpuLoras": "max_cpu_loras", "loadMs": "load_ms"}
-_LATENCY = {
-    "stepOverheadMs": "step_overhead_ms",
-    "stepOverheadPerSequenceMs": "step_overhead_per_sequence_ms",
-    "requestOverheadMs": "request_overhead_ms",
-    "ttftOverheadMs": "ttft_overhead_ms",
-    "prefillTokensPerSecond": "prefill_tokens_per_second",
-    "itlMs": "itl_ms",
-}
-_EFFICIENCY = {"compute": "compute", "memory": "memory"}
-_FAULTS = {"seed": "seed", "stallMs": "stall_ms", "slowFactor": "slow_factor", "headerOverride": "header_override"}
-
-
-def _pick(source: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
-    return {snake: source[camel] for camel, snake in mapping.items() if camel in source}
 
 
 def models_document(sim: SimulatorSpec) -> dict[str, Any]:
-    """models.yml as a Python structure."""
-    model = sim.model
-    entry: dict[str, Any] = {"name": model["name"], "engine": sim.engine}
-    if "profile" in model:
-        entry["profile"] = model["profile"]
-    entry["hardware"] = sim.hardware_name
-    if "contextLength" in model:
-        entry["context_length"] = model["contextLength"]
-    # Weights and KV cache only when their size is known: llmsim requires it once the section exists.
-    if "profile" in model or "parametersBillions" in model:
-        weights = _pick(model, _WEIGHTS)
-        if weights:
-            entry["weights"] = weights
-    if sim.kv_cache_blocks is not None:
-        entry["kv_cache"] = _pick({**sim.section("scheduler"), **model}, _KV_CACHE)
-    for key, section, mapping in (
-        ("scheduler", "scheduler", _SCHEDULER),
-        ("latency", "latency", _LATENCY),
-        ("efficiency", "efficiency", _EFFICIENCY),
-    ):
-        values = _pick(sim.section(section), mapping)
-        if values:
-            entry[key] = values
-    if sim.spec.get("legacyMetrics"):
-        entry["legacy_metrics"] = True
-    faults = _faults(sim.section("faults"))
-    if faults:
-        entry["faults"] = faults
-    if "enablePromptTokensDetails" in sim.spec:
-        entry["enable_prompt_tokens_details"] = bool(sim.spec["enablePromptTokensDetails"])
-    entry.update(_routing(sim))
+    """models.yml as a Python structure.
+
+    Every spec field bound to a models.yml field (:data:`.crd.MODELS_FIELDS`) is copied to its
+    place unless it equals llmsim's default (the file says what differs); what follows is what
+    the operator decides: the hardware entry, which sections llmsim may see, and the KV-events
+    and tokenizer sections.
+    """
     doc: dict[str, Any] = {"version": 1}
-    if "startupSeconds" in sim.spec:
-        doc["startup_seconds"] = sim.spec["startupSeconds"]
+    # The first keys a reader looks for, first (the loop below sets name and engine again).
+    entry: dict[str, Any] = {"name": sim.model["name"], "engine": sim.engine, "hardware": sim.hardware_name}
+    for binding in MODELS.bindings:
+        value = _get(sim.spec, binding.spec)
+        if value is not None and (value := binding.convert(value)) is not OMIT:
+            _put(doc if binding.document else entry, binding.target, value)
+    # Weights and KV cache only when their size is known: llmsim requires it once the section exists.
+    if "profile" not in entry and "parameters_billions" not in entry.get("weights", {}):
+        entry.pop("weights", None)
+    if sim.kv_cache_blocks is None:
+        entry.pop("kv_cache", None)
+    # llmsim's fixed engine needs the section, whose every field has a default (the CRD's too).
+    if sim.engine == "fixed":
+        entry.setdefault("latency", {})
+    entry.update(_routing(sim))
     if sim.custom_hardware:
         hw = sim.hardware
         doc["hardware"] = {
@@ -103,26 +62,25 @@ def models_document(sim: SimulatorSpec) -> dict[str, Any]:
     return doc
 
 
-def _faults(spec: dict[str, Any]) -> dict[str, Any]:
-    """models.yml's ``faults`` from ``spec.faults`` (empty: no section, no faults)."""
-    faults = _pick(spec, _FAULTS)
-    rates = _pick(spec.get("rates") or {}, FAULT_RATES)
-    if rates:
-        faults["rates"] = rates
-    # headerOverride defaults to false in the CRD: alone, it says nothing models.yml would not.
-    if faults == {"header_override": False}:
-        return {}
-    return faults
+def _get(spec: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = spec
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    *sections, key = path
+    for section in sections:
+        doc = doc.setdefault(section, {})
+    doc[key] = value
 
 
 def _routing(sim: SimulatorSpec) -> dict[str, Any]:
-    """models.yml's lora, kv_events and tokenizer sections, from spec.lora, spec.kvEvents, spec.tokenizer."""
+    """models.yml's kv_events and tokenizer sections, from spec.kvEvents and spec.tokenizer."""
     out: dict[str, Any] = {}
-    lora = sim.section("lora")
-    if lora:
-        section = _pick(lora, _LORA)
-        section["adapters"] = [{"name": a["name"], "path": a.get("path", "")} for a in lora.get("adapters", [])]
-        out["lora"] = section
     events = sim.section("kvEvents")
     if events.get("enabled"):
         # Bound on every interface: llm-d's indexer dials tcp://<pod-ip>:<port> (pod discovery).

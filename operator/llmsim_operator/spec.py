@@ -8,7 +8,6 @@ the KV cache, with the simulator's own rule from :mod:`llmsim_capacity`), and ra
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import llmsim_capacity
 from llmsim_operator import crd
 from llmsim_operator.defaulting import apply_defaults
 from llmsim_operator.profiles import Hardware, builtin_hardware, builtin_models
+from llmsim_operator.rules import broken_rule
 
 #: Name of the models.yml hardware entry rendered from explicit figures.
 CUSTOM_HARDWARE = "custom"
@@ -65,8 +65,8 @@ class SimulatorSpec:
 
 def resolve_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorSpec:
     """Default, validate and resolve ``spec``, without refusing a model that does not fit (see parse_spec)."""
-    if not re.match(crd.NAME_PATTERN, name) or len(name) > crd.NAME_MAX_LENGTH:
-        raise InvalidSpec(crd.RULE_NAME[1])
+    if not crd.RULE_NAME.holds({"metadata": {"name": name}}):
+        raise InvalidSpec(crd.RULE_NAME.message)
     full: dict[str, Any] = apply_defaults(crd.SPEC_SCHEMA, dict(spec))
     model: dict[str, Any] | None = full.get("model")
     if not isinstance(model, dict) or not model.get("name"):
@@ -96,27 +96,14 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> SimulatorS
 
 
 def _check_rules(spec: dict[str, Any]) -> None:
-    """The CEL rules of the CRD, in Python."""
+    """The CEL rules of the CRD, in Python, and the profile names only the operator knows."""
+    broken = broken_rule(crd.SPEC_SCHEMA, spec, crd.RULES)
+    if broken is not None:
+        raise InvalidSpec(broken.message)
     model = spec["model"]
-    if spec["engine"] == "scheduler" and not (
-        "profile" in model or ("parametersBillions" in model and "kvBytesPerToken" in model)
-    ):
-        raise InvalidSpec(crd.RULE_SCHEDULER_MODEL[1])
-    hw = spec["hardware"]
-    if "profile" not in hw and not all(k in hw for k in ("hbmGiB", "memoryBandwidthGBps", "peakTFLOPS")):
-        raise InvalidSpec(crd.RULE_HARDWARE[1])
-    responses = spec["responses"]
-    if "inline" in responses and "configMapRef" in responses:
-        raise InvalidSpec(crd.RULE_RESPONSES[1])
-    budget = spec["podDisruptionBudget"]
-    if "maxUnavailable" in budget and "minAvailable" in budget:
-        raise InvalidSpec(crd.RULE_DISRUPTION_BUDGET[1])
     if "profile" in model and model["profile"] not in builtin_models():
         known = ", ".join(sorted(builtin_models()))
         raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")
-    rates = (spec.get("faults") or {}).get("rates") or {}
-    if sum(float(rates.get(k, 0.0)) for k in crd.FAULT_RATES) > 1 + 1e-9:
-        raise InvalidSpec(crd.RULE_FAULT_RATES[1])
 
 
 def _resolve_hardware(hw: dict[str, Any]) -> tuple[str, Hardware, bool]:

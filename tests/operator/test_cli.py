@@ -66,7 +66,7 @@ def test_run_without_the_extra_says_which_extra_in_one_line() -> None:
 
 
 def test_default_crd_keeps_every_cel_rule() -> None:
-    # The RULE_* constants in crd.py: name, scheduler model, hardware, responses, fault rates, disruption budget.
+    # crd.RULES: name, scheduler model, hardware, responses, fault rates, disruption budget.
     assert cel_rules(custom_resource_definition()) == 6
 
 

@@ -106,7 +106,7 @@ def test_chart_cluster_role_rules_equal_the_manifests() -> None:
 def test_deploy_yaml_equals_the_manifests_command() -> None:
     path = ROOT / "deploy" / "llmsim-operator.yaml"
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    assert docs == install_manifests(), "regenerate with: llmsim-operator manifests > deploy/llmsim-operator.yaml"
+    assert docs == install_manifests(), "deploy/llmsim-operator.yaml is stale: run `make generate`"
 
 
 def test_dockerfiles_run_non_root_with_the_documented_entrypoints() -> None:

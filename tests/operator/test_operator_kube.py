@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 from llmsim_operator.conventions import ANNOTATION_CONFIG_HASH, API_VERSION, KIND
-from llmsim_operator.crd import custom_resource_definition
+from llmsim_operator.crd import SPEC_SCHEMA, custom_resource_definition
+from llmsim_operator.defaulting import apply_defaults
 from llmsim_operator.kube_version import detect_cel, server_knows_cel
 from tests.kube.envtest import EnvTest, EnvTestError, find_assets, free_port
 from tests.operator.cluster import (
@@ -180,9 +181,10 @@ MINIMAL = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "profile": "lla
 def test_apply_creates_owned_children_with_the_rendered_content(dyn: Any, namespace: str) -> None:
     sim = create(dyn, namespace, "llama", MINIMAL)
     uid = sim["metadata"]["uid"]
-    # The API server applied the CRD's structural defaults.
+    # The API server applied the CRD's structural defaults: the ones the operator applies itself.
     assert sim["spec"]["replicas"] == 1
-    assert sim["spec"]["scheduler"] == {"blockSize": 16, "gpuMemoryUtilization": 0.9, "watermark": 0}
+    assert sim["spec"]["scheduler"]["blockSize"] == 16
+    assert sim["spec"] == apply_defaults(SPEC_SCHEMA, MINIMAL)
     children = wait_children(dyn, namespace, "llama", uid)
 
     for obj in children.values():

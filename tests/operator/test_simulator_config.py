@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import pytest
 import yaml
 
 from llmsim.config import ModelsConfig
 from llmsim.config.loader import parse_models_config
+from llmsim_operator import crd
 from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
+from llmsim_operator.crd import MODELS
 from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
 from llmsim_operator.spec import InvalidSpec, parse_spec
 from tests.operator.builders import NAMESPACE, faults_spec, full_spec, minimal_spec
@@ -175,3 +178,61 @@ def test_rates_adding_up_to_more_than_one_are_refused() -> None:
     spec = minimal_spec() | {"faults": {"rates": {"stall": 0.6, "slow": 0.5}}}
     with pytest.raises(InvalidSpec, match=r"faults\.rates add up to more than 1"):
         parse_spec("x", NAMESPACE, spec)
+
+
+def sample(node: dict[str, Any]) -> Any:
+    """A valid value of an OpenAPI node that is not its default (small numbers: everything still fits)."""
+    if "enum" in node:
+        return next(v for v in node["enum"] if v != node.get("default"))
+    kind = node["type"]
+    if kind == "boolean":
+        return not node.get("default", False)
+    if kind == "object":
+        return {key: sample(sub) for key, sub in node["properties"].items()}
+    if kind == "array":
+        return [sample(node["items"])]
+    if kind == "string":
+        return "s"
+    if node.get("maximum") == 1:  # fractions and fault rates (eight of them add up to less than 1)
+        return 0.1
+    return node.get("minimum", 0) + 2
+
+
+def spec_node(path: tuple[str, ...]) -> dict[str, Any]:
+    node = crd.SPEC_SCHEMA
+    for key in path:
+        node = node["properties"][key]
+    return node
+
+
+def subset(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and subset(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(map(subset, expected, actual))
+    return bool(expected == actual)
+
+
+def test_every_bound_spec_field_reaches_llmsim() -> None:
+    # One spec setting every field bound to models.yml (crd.MODELS_FIELDS) to a value other than its
+    # default; llmsim's loader must read each one back at the binding's place.
+    spec: dict[str, Any] = {}
+    values = []
+    for binding in MODELS.bindings:
+        if binding.spec in {("model", "name"), ("model", "profile")}:
+            continue
+        values.append((binding, sample(spec_node(binding.spec))))
+        *parents, key = binding.spec
+        node = spec
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[key] = values[-1][1]
+    spec["model"]["name"] = "m"
+    config = parse_models_config(models_yaml(parse_spec("x", NAMESPACE, spec)), "models.yml").model_dump()
+    for binding, value in values:
+        actual: Any = config if binding.document else config["models"][0]
+        for key in binding.target:
+            actual = actual[key]
+        assert subset(binding.convert(value), actual), f"spec.{'.'.join(binding.spec)}: {value!r} -> {actual!r}"
+    sections = {"weights", "kv_cache", "scheduler", "latency", "efficiency", "faults", "lora", "startup_seconds"}
+    assert sections <= {binding.target[0] for binding, _ in values}

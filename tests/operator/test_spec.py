@@ -20,8 +20,14 @@ def test_defaults_come_from_the_crd_schema() -> None:
     assert sim.engine == "scheduler"
     assert sim.spec["replicas"] == 1
     assert sim.spec["hardware"] == {"profile": "h100-80gb"}
-    # default: {} on the section cascades into its properties' defaults
-    assert sim.spec["scheduler"] == {"blockSize": 16, "gpuMemoryUtilization": 0.9, "watermark": 0.0}
+    # default: {} on the section cascades into its properties' defaults (llmsim's, from its models.yml schema)
+    assert sim.spec["scheduler"] == {
+        "blockSize": 16,
+        "gpuMemoryUtilization": 0.9,
+        "watermark": 0.0,
+        "enablePrefixCaching": True,
+        "asyncScheduling": True,
+    }
     assert sim.spec["service"] == {"type": "ClusterIP", "port": 8000}
     assert sim.spec["monitoring"] == {"serviceMonitor": {"enabled": False, "interval": "30s"}}
     assert sim.spec["autoscaling"] == {"external": False}
@@ -70,16 +76,16 @@ def test_fixed_engine_needs_no_model_size() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"model": {"name": "m"}}, crd.RULE_SCHEDULER_MODEL[1]),
-        ({"model": {"name": "m", "parametersBillions": 7}}, crd.RULE_SCHEDULER_MODEL[1]),
-        (minimal_spec() | {"hardware": {"hbmGiB": 24, "peakTFLOPS": 100}}, crd.RULE_HARDWARE[1]),
+        ({"model": {"name": "m"}}, crd.RULE_SCHEDULER_MODEL.message),
+        ({"model": {"name": "m", "parametersBillions": 7}}, crd.RULE_SCHEDULER_MODEL.message),
+        (minimal_spec() | {"hardware": {"hbmGiB": 24, "peakTFLOPS": 100}}, crd.RULE_HARDWARE.message),
         (
             minimal_spec() | {"responses": {"inline": "x", "configMapRef": {"name": "r"}}},
-            crd.RULE_RESPONSES[1],
+            crd.RULE_RESPONSES.message,
         ),
         (
             minimal_spec() | {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 1, "minAvailable": 1}},
-            crd.RULE_DISRUPTION_BUDGET[1],
+            crd.RULE_DISRUPTION_BUDGET.message,
         ),
         ({"model": {"name": "m", "profile": "gpt-5"}}, "unknown model profile 'gpt-5'"),
         (minimal_spec() | {"hardware": {"profile": "tpu-v9"}}, "unknown hardware profile 'tpu-v9'"),

@@ -1,4 +1,9 @@
-"""Pydantic models of models.yml. Units are in the field names; bandwidth is in GB/s (1e9 B/s)."""
+"""Pydantic models of models.yml. Units are in the field names; bandwidth is in GB/s (1e9 B/s).
+
+The one source of every models.yml field: its type, bounds, default and description. The operator's
+CRD is generated from this schema (``make generate`` writes its JSON Schema, see
+:mod:`llmsim.config.json_schema`), so a description here is also what ``kubectl explain`` shows.
+"""
 
 from __future__ import annotations
 
@@ -37,16 +42,21 @@ class _Section(BaseModel):
 class HardwareProfile(_Section):
     """One simulated GPU (datasheet figures)."""
 
-    hbm_gib: PositiveFloat
-    memory_bandwidth_gbps: PositiveFloat
-    # Dense FP16/BF16 tensor throughput, no sparsity.
-    peak_tflops: PositiveFloat
+    hbm_gib: PositiveFloat = Field(description="GPU memory in GiB.")
+    memory_bandwidth_gbps: PositiveFloat = Field(description="Memory bandwidth in GB/s (1e9 bytes/s).")
+    peak_tflops: PositiveFloat = Field(description="Dense FP16/BF16 tensor throughput in TFLOPS (no sparsity).")
     description: str = ""
 
 
 class Weights(_Section):
-    parameters_billions: PositiveFloat
-    bytes_per_parameter: PositiveFloat = llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER
+    parameters_billions: PositiveFloat = Field(
+        description="Parameter count in billions (sets the weights' size in HBM)."
+    )
+    bytes_per_parameter: PositiveFloat = Field(
+        default=llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER,
+        description="Bytes per weight: 2 for fp16/bf16, 1 for fp8 "
+        f"(default: the profile's, else {llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER:g}).",
+    )
 
     @property
     def bytes(self) -> float:
@@ -54,47 +64,78 @@ class Weights(_Section):
 
 
 class KVCache(_Section):
-    # layers x kv_heads x head_dim x 2 (K and V) x dtype bytes
-    bytes_per_token: PositiveInt
-    block_size: PositiveInt = llmsim_capacity.DEFAULT_BLOCK_SIZE
-    gpu_memory_utilization: Fraction = llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION
-    # Fraction of blocks kept free when admitting (vLLM V1 default 0.0; V0 used 0.01).
-    watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    # Reuse full blocks across requests (vLLM V1's default: on).
-    enable_prefix_caching: bool = True
+    bytes_per_token: PositiveInt = Field(
+        description="KV-cache bytes per token: layers x KV heads x head_dim x 2 (K and V) x dtype bytes."
+    )
+    block_size: PositiveInt = Field(
+        default=llmsim_capacity.DEFAULT_BLOCK_SIZE, description="Tokens per KV-cache block."
+    )
+    gpu_memory_utilization: Fraction = Field(
+        default=llmsim_capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
+        description="Fraction of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization).",
+    )
+    watermark: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0,
+        description="Fraction of KV blocks kept free when admitting new requests (vLLM V1's default 0; V0 used 0.01).",
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="Reuse cached KV blocks of shared prompt prefixes (vLLM's enable_prefix_caching; on by default, "
+        "as in vLLM V1).",
+    )
 
 
 class SchedulerSection(_Section):
     # None: vLLM's default for the GPU size (>= 70 GiB: 8192 / 1024, else 2048 / 256).
-    max_batch_tokens: PositiveInt | None = None
-    max_num_sequences: PositiveInt | None = None
-    # Waiting requests beyond this get 503 (None: unbounded, as vLLM by default).
-    max_waiting_requests: PositiveInt | None = None
-    # vLLM's default since late 2025 (vllm-project/vllm#27614): step k+1 is scheduled while step k runs (one step of admission lookahead).
-    async_scheduling: bool = True
+    max_batch_tokens: PositiveInt | None = Field(
+        default=None, description="Token budget of one step (vLLM's max_num_batched_tokens; default by GPU size)."
+    )
+    max_num_sequences: PositiveInt | None = Field(
+        default=None, description="Sequences running at once (vLLM's max_num_seqs; default by GPU size)."
+    )
+    max_waiting_requests: PositiveInt | None = Field(
+        default=None, description="Waiting requests beyond this get HTTP 503 (default: unbounded, as vLLM)."
+    )
+    # vLLM's default since late 2025 (vllm-project/vllm#27614): one step of admission lookahead.
+    async_scheduling: bool = Field(
+        default=True,
+        description="Schedule step k+1 while step k runs (vLLM's async_scheduling; on by default, as in vLLM since "
+        "late 2025).",
+    )
 
 
 class Latency(_Section):
-    # scheduler engine: fixed cost added to every step (kernel launches, sampling, ...).
-    step_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
-    # scheduler engine: added to a step for every sequence in its batch (scheduling, sampling,
-    # output processing: per-sequence costs the roofline leaves out).
-    step_overhead_per_sequence_ms: Annotated[float, Field(ge=0)] = 0.0
-    # scheduler engine: time from a request's arrival until the scheduler sees it (vLLM's API
-    # server: HTTP, chat template, tokenization, the hand-off to the engine core).
-    request_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
-    # fixed engine: TTFT = ttft_overhead_ms + prompt_tokens / prefill_tokens_per_second.
-    ttft_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
-    prefill_tokens_per_second: PositiveFloat | None = None
-    # fixed engine: time between two output tokens.
-    itl_ms: Annotated[float, Field(ge=0)] = 0.0
+    step_overhead_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="Scheduler engine: cost added to every step (kernel launches, sampling, ...) (ms)."
+    )
+    step_overhead_per_sequence_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="Scheduler engine: cost added to a step for each sequence in its batch (scheduling, sampling, "
+        "output processing: per-sequence costs the roofline leaves out) (ms).",
+    )
+    request_overhead_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0,
+        description="Scheduler engine: time from a request's arrival to the scheduler (HTTP, chat template, "
+        "tokenization, the hand-off to the engine core) (ms).",
+    )
+    # TTFT = ttft_overhead_ms + prompt_tokens / prefill_tokens_per_second.
+    ttft_overhead_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="Fixed engine: TTFT before prefill (ms)."
+    )
+    prefill_tokens_per_second: PositiveFloat | None = Field(
+        default=None,
+        description="Fixed engine: prompt tokens processed per second (adds to TTFT; default: no prefill time).",
+    )
+    itl_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="Fixed engine: time between output tokens (ms)."
+    )
 
 
 class Efficiency(_Section):
     """Achieved fraction of peak (calibration knobs of the roofline)."""
 
-    compute: Fraction = 1.0
-    memory: Fraction = 1.0
+    compute: Fraction = Field(default=1.0, description="Fraction of peak TFLOPS achieved.")
+    memory: Fraction = Field(default=1.0, description="Fraction of peak memory bandwidth achieved.")
 
 
 class Embeddings(_Section):
@@ -106,14 +147,16 @@ class Embeddings(_Section):
 class FaultRates(_Section):
     """Probability of each fault per request; one draw per request picks at most one fault."""
 
-    rate_limit: Rate = 0.0
-    server_error: Rate = 0.0
-    unavailable: Rate = 0.0
-    bad_request: Rate = 0.0
-    abort_mid_stream: Rate = 0.0
-    stall: Rate = 0.0
-    slow: Rate = 0.0
-    crash: Rate = 0.0
+    rate_limit: Rate = Field(default=0.0, description="429 with Retry-After.")
+    server_error: Rate = Field(default=0.0, description="500.")
+    unavailable: Rate = Field(default=0.0, description="503 with Retry-After.")
+    bad_request: Rate = Field(default=0.0, description="400.")
+    abort_mid_stream: Rate = Field(
+        default=0.0, description="The connection drops after some tokens (a truncated response)."
+    )
+    stall: Rate = Field(default=0.0, description="The stream pauses `stall_ms` before one of its tokens.")
+    slow: Rate = Field(default=0.0, description="The request's whole timeline is stretched by `slow_factor`.")
+    crash: Rate = Field(default=0.0, description="The simulator process exits (a pod restarts).")
 
     @model_validator(mode="after")
     def _one_fault_per_request(self) -> FaultRates:
@@ -128,14 +171,19 @@ class Faults(_Section):
     """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
 
     # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
-    seed: int = 0
-    rates: FaultRates = FaultRates()
-    # ``stall``: the pause before the drawn token.
-    stall_ms: Annotated[float, Field(ge=0)] = 1000.0
-    # ``slow``: the request's whole timeline (TTFT and every gap) is stretched by this factor.
-    slow_factor: Annotated[float, Field(ge=1)] = 2.0
-    # Obey the ``x-llmsim-fault`` request header (off: a production-like fleet ignores client headers).
-    header_override: bool = False
+    seed: int = Field(default=0, description="Seed of the draws.", json_schema_extra={"format": "int64"})
+    rates: FaultRates = Field(
+        default=FaultRates(), description="Probability of each fault per request (0-1; together at most 1)."
+    )
+    stall_ms: Annotated[float, Field(ge=0)] = Field(default=1000.0, description="Length of a stall (ms).")
+    slow_factor: Annotated[float, Field(ge=1)] = Field(
+        default=2.0, description="Latency multiplier of slow (TTFT and every gap between tokens)."
+    )
+    header_override: bool = Field(
+        default=False,
+        description="Obey the x-llmsim-fault request header (one fault forced on one request). Off: clients cannot "
+        "trigger faults, as in a production-like fleet.",
+    )
 
     @property
     def enabled(self) -> bool:
@@ -146,34 +194,50 @@ class Faults(_Section):
 class KVEvents(_Section):
     """vLLM's ``--kv-events-config``: publish KV-cache events over ZMQ for KV-aware routers."""
 
-    enable_kv_cache_events: bool = False
-    # "tcp://*:5557" binds (a '*', '::', ipc:// or inproc:// endpoint binds); any other connects.
-    endpoint: Annotated[str, Field(min_length=1)] = "tcp://*:5557"
-    # ZMQ topic, vLLM's default "". {model} and {pod_ip} (env POD_IP) are filled in at startup,
-    # e.g. "kv@{pod_ip}@{model}" as llm-d's indexer expects.
-    topic: str = ""
-    # Send high-water mark of the PUB socket (vLLM's hwm): beyond it ZMQ drops.
-    hwm: PositiveInt = 100_000
-    # "map": events as msgpack maps (vLLM since 2026-06, PR 42892); "array": the older positional
-    # arrays that llm-d's indexer decoded before it learned maps.
-    event_format: Literal["map", "array"] = "map"
+    enable_kv_cache_events: bool = Field(
+        default=False, description="Publish BlockStored/BlockRemoved/AllBlocksCleared events."
+    )
+    endpoint: Annotated[str, Field(min_length=1)] = Field(
+        default="tcp://*:5557",
+        description="ZMQ endpoint: one with '*', '::', ipc:// or inproc:// binds; any other connects.",
+    )
+    topic: str = Field(
+        default="",
+        description="ZMQ topic (vLLM's default ''); {model} and {pod_ip} (env POD_IP) are filled in at startup, "
+        "e.g. kv@{pod_ip}@{model} as llm-d's KV-cache indexer expects.",
+    )
+    hwm: PositiveInt = Field(
+        default=100_000, description="Send high-water mark of the PUB socket (vLLM's hwm): beyond it ZMQ drops."
+    )
+    # "map": vLLM since 2026-06 (PR 42892).
+    event_format: Literal["map", "array"] = Field(
+        default="map",
+        description="map: events as msgpack maps (vLLM now); array: positional arrays (vLLM up to 0.23, and "
+        "llm-d's indexer before it learned maps).",
+    )
 
 
 class LoraAdapter(_Section):
-    name: Annotated[str, Field(min_length=1)]
-    # Where vLLM would load it from; part of every block hash (nothing is read).
-    path: str = ""
+    """One LoRA adapter."""
+
+    name: Annotated[str, Field(min_length=1)] = Field(description="Adapter name, as requests give it in `model`.")
+    path: str = Field(
+        default="", description="Where vLLM would load it from (part of every block hash; nothing is read)."
+    )
 
 
 class Lora(_Section):
     """vLLM's LoRA serving limits (--max-loras, --max-cpu-loras) and --lora-modules."""
 
-    max_loras: PositiveInt = 1
-    # None: max_loras (vLLM's default).
-    max_cpu_loras: PositiveInt | None = None
-    # Simulated time to load an adapter that is not among the max_cpu_loras resident ones.
-    load_ms: Annotated[float, Field(ge=0)] = 0.0
-    adapters: list[LoraAdapter] = []
+    max_loras: PositiveInt = Field(default=1, description="Distinct adapters in one running batch (vLLM's max_loras).")
+    max_cpu_loras: PositiveInt | None = Field(
+        default=None,
+        description="Adapters kept loaded (vLLM's max_cpu_loras; default `max_loras`); at least `max_loras`.",
+    )
+    load_ms: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="Simulated time to load an adapter that is not loaded (ms)."
+    )
+    adapters: list[LoraAdapter] = Field(default=[], description="Adapters loaded at startup, in order.")
 
     @model_validator(mode="after")
     def _check(self) -> Lora:
@@ -189,17 +253,32 @@ class Lora(_Section):
 class TokenizerFile(_Section):
     """A Hugging Face tokenizer.json (relative paths: from the models.yml's folder)."""
 
-    path: Annotated[str, Field(min_length=1)]
-    chat_template: Literal["chatml", "llama-3"] = "chatml"
+    path: Annotated[str, Field(min_length=1)] = Field(description="Path of the tokenizer.json.")
+    chat_template: Literal["chatml", "llama-3"] = Field(
+        default="chatml", description="Chat template rendered around messages."
+    )
 
 
 class ModelConfig(_Section):
-    name: Annotated[str, Field(min_length=1)]
-    engine: EngineName
-    # Name of a built-in model profile (weights, kv_cache, context_length); explicit fields win.
-    profile: str | None = None
+    name: Annotated[str, Field(min_length=1)] = Field(
+        description="Model name served on /v1/models and expected in requests' `model` field."
+    )
+    engine: EngineName = Field(
+        description="Timing engine: scheduler (continuous batching on the simulated GPU), fixed (per-request "
+        "timeline, load-independent) or instant (no delay)."
+    )
+    # Explicit fields win over the profile's.
+    profile: str | None = Field(
+        default=None,
+        description="Built-in model profile (model_profiles.yml: weights, kv_cache, context_length), e.g. "
+        "llama-3.1-8b, qwen2.5-7b, llama-2-7b.",
+    )
     hardware: str | None = None
-    context_length: PositiveInt = llmsim_capacity.DEFAULT_CONTEXT_LENGTH
+    context_length: PositiveInt = Field(
+        default=llmsim_capacity.DEFAULT_CONTEXT_LENGTH,
+        description="Maximum context length in tokens (default: the profile's, else "
+        f"{llmsim_capacity.DEFAULT_CONTEXT_LENGTH}). One request of this length must fit in the KV cache.",
+    )
     # "regex" (built in) or {path: tokenizer.json, chat_template: chatml | llama-3}.
     tokenizer: Literal["regex"] | TokenizerFile = "regex"
     weights: Weights | None = None
@@ -207,21 +286,35 @@ class ModelConfig(_Section):
     scheduler: SchedulerSection | None = None
     latency: Latency | None = None
     efficiency: Efficiency = Efficiency()
-    # Also expose deprecated metric names some routers still read (vllm:gpu_cache_usage_perc, ...).
-    legacy_metrics: bool = False
+    legacy_metrics: bool = Field(
+        default=False,
+        description="Also expose deprecated vLLM metric names some routers still read (vllm:gpu_cache_usage_perc, ...).",
+    )
     # Set: the model also serves /v1/embeddings.
     embeddings: Embeddings | None = None
-    faults: Faults = Faults()
-    lora: Lora | None = None
+    faults: Faults = Field(
+        default=Faults(),
+        description="Fault injection: per request, at most one fault drawn from (seed, request id or number) at "
+        "these rates, so a run is reproducible (docs/faults.md).",
+    )
+    lora: Lora | None = Field(
+        default=None,
+        description="LoRA adapters served on the model (vLLM's --enable-lora, --max-loras, --max-cpu-loras, "
+        "--lora-modules). Requests name an adapter in `model`.",
+    )
     kv_events: KVEvents | None = None
-    # vLLM's --enable-prompt-tokens-details (default off): usage.prompt_tokens_details.cached_tokens.
-    enable_prompt_tokens_details: bool = False
+    enable_prompt_tokens_details: bool = Field(
+        default=False,
+        description="Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details; off "
+        "by default, as in vLLM).",
+    )
 
 
 class ModelsConfig(_Section):
     version: Literal[1] = 1
-    # Simulated model load: the server binds at once, /health answers 503 for this long.
-    startup_seconds: Annotated[float, Field(ge=0)] = 0.0
+    startup_seconds: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="Simulated model load: the server binds at once but /health answers 503 this long."
+    )
     hardware: dict[str, HardwareProfile] = {}
     # Names are unique (the loader checks: a check across entries has no field of its own).
     models: Annotated[list[ModelConfig], Field(min_length=1)]
