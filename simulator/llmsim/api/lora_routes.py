@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from llmsim.api import json_body
 from llmsim.api.errors import APIError, from_validation_error
 from llmsim.api.served import ServedModel
 from llmsim.api.state import ApiState
@@ -55,8 +56,9 @@ async def _body(request: Request, model: type[BaseModel]) -> BaseModel:
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise APIError(400, "Unsupported Media Type: Only 'application/json' is allowed")
+    data = json_body.loads(await request.body())
     try:
-        return model.model_validate_json(await request.body())
+        return model.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
 
