@@ -9,10 +9,11 @@ from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
@@ -253,9 +254,23 @@ def _capped(receive: Receive, limit: int) -> Receive:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    # Starlette's 405 carries the route's methods in an Allow header (RFC 9110 requires it).
-    err = APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers) if exc.headers else None)
-    return err.response()
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        # RFC 9110: Allow lists every method the path serves. Starlette's names only the first
+        # route that matched the path, and a path may have one route per method (/ping).
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request.app, request.scope))}
+    return APIError(exc.status_code, str(exc.detail), headers=headers).response()
+
+
+def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
+    """Every method some route of ``app`` serves at ``scope``'s path, in a fixed order."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.methods is not None:
+            match, _ = route.matches({**scope, "method": next(iter(route.methods))})
+            if match is Match.FULL:
+                methods |= route.methods
+    return sorted(methods)
 
 
 def create_app(
