@@ -314,8 +314,19 @@ _FAULTS = _obj(
             },
             **_rules(RULE_FAULT_RATES),
         ),
-        "stallMs": {"type": "number", "minimum": 0, "description": "Length of a stall in ms (default 1000)."},
-        "slowFactor": {"type": "number", "minimum": 1, "description": "Latency multiplier of slow (default 2)."},
+        # NOTE: the maxima are llmsim.config.schema's MAX_STALL_MS and MAX_SLOW_FACTOR (a test compares them).
+        "stallMs": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 3_600_000,
+            "description": "Length of a stall in ms (default 1000, at most an hour).",
+        },
+        "slowFactor": {
+            "type": "number",
+            "minimum": 1,
+            "maximum": 1000,
+            "description": "Latency multiplier of slow (default 2, at most 1000).",
+        },
         "headerOverride": _bool(
             "Obey the x-llmsim-fault request header (one fault forced on one request). Off: clients cannot "
             "trigger faults.",

@@ -134,6 +134,26 @@ ROWS: dict[str, Row] = {
     "surrogate lora name": Row(
         "POST", "/v1/load_lora_adapter", _surrogate('{"lora_name": @, "lora_path": "/a"}'), 400, "body.lora_name"
     ),
+    # Fault settings past their bounds (an hour's stall, a 1000x slowdown, a 64-bit seed).
+    **{
+        f"fault {field} {value}": Row(
+            "PUT", "/admin/faults", f'{{"chat": {{"{field}": {value}}}}}'.encode(), 400, param
+        )
+        for field, value, param in [
+            ("stall_ms", "1e308", "chat.stall_ms"),
+            ("stall_ms", "Infinity", "chat.stall_ms"),
+            ("stall_ms", "NaN", "chat.stall_ms"),
+            ("slow_factor", "1e9", "chat.slow_factor"),
+            ("seed", "1" + "0" * 40, "chat.seed"),
+            ("rates", '{"stall": NaN}', "chat.rates.stall"),
+        ]
+    },
+    "fault settings at their bounds": Row(
+        "PUT",
+        "/admin/faults",
+        b'{"chat": {"stall_ms": 3600000, "slow_factor": 1000, "seed": -9223372036854775808}}',
+        200,
+    ),
     "surrogate pair is a character": Row(
         "POST",
         "/v1/completions",

@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from llmsim.config.schema import MAX_SLOW_FACTOR, MAX_STALL_MS
 from llmsim.llm.loader import parse_responses
 from llmsim_operator import crd
 from llmsim_operator.crd import custom_resource_definition
@@ -192,3 +193,10 @@ def test_autoscaler_examples_scale_the_simulator_on_its_queue() -> None:
 def test_schema_rejects(spec: dict[str, Any]) -> None:
     obj = {"apiVersion": "llmsim.io/v1alpha1", "kind": "LLMSimulator", "metadata": {"name": "x"}, "spec": spec}
     assert not validator().is_valid(obj)
+
+
+def test_fault_bounds_are_llmsims() -> None:
+    # The operator never imports the simulator: the CRD keeps its own copy of the bounds.
+    faults = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["faults"]["properties"]
+    assert faults["stallMs"]["maximum"] == MAX_STALL_MS
+    assert faults["slowFactor"]["maximum"] == MAX_SLOW_FACTOR

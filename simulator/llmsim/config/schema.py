@@ -27,7 +27,10 @@ FAULT_KINDS = (
     "slow",
     "crash",
 )
-Rate = Annotated[float, Field(ge=0, le=1)]
+Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+#: Bounds of a fault's settings: past them a stall or a slowdown would outlive any client.
+MAX_STALL_MS = 3_600_000.0
+MAX_SLOW_FACTOR = 1000.0
 
 
 class _Section(BaseModel):
@@ -128,12 +131,12 @@ class Faults(_Section):
     """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
 
     # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
-    seed: int = 0
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**64)] = 0
     rates: FaultRates = FaultRates()
-    # ``stall``: the pause before the drawn token.
-    stall_ms: Annotated[float, Field(ge=0)] = 1000.0
+    # ``stall``: the pause before the drawn token. At most an hour (a gateway's timeouts are shorter).
+    stall_ms: Annotated[float, Field(ge=0, le=MAX_STALL_MS, allow_inf_nan=False)] = 1000.0
     # ``slow``: the request's whole timeline (TTFT and every gap) is stretched by this factor.
-    slow_factor: Annotated[float, Field(ge=1)] = 2.0
+    slow_factor: Annotated[float, Field(ge=1, le=MAX_SLOW_FACTOR, allow_inf_nan=False)] = 2.0
     # Obey the ``x-llmsim-fault`` request header (off: a production-like fleet ignores client headers).
     header_override: bool = False
 
