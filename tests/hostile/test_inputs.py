@@ -154,6 +154,24 @@ ROWS: dict[str, Row] = {
         b'{"chat": {"stall_ms": 3600000, "slow_factor": 1000, "seed": -9223372036854775808}}',
         200,
     ),
+    # A name echoed in an error is cut (the probe's 1 MB model name came back whole in the 404).
+    "huge model name": Row(
+        "POST", "/v1/embeddings", json.dumps({"model": "m" * 1_000_000, "input": "a"}).encode(), 404, "model"
+    ),
+    "huge tool_choice name": Row(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(
+            {
+                "model": "chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "t" * 1_000_000}},
+            }
+        ).encode(),
+        400,
+        "tool_choice",
+    ),
     "surrogate pair is a character": Row(
         "POST",
         "/v1/completions",
@@ -174,6 +192,7 @@ async def test_hostile_input_is_refused_or_served(row: Row, tmp_path: Path, monk
             row.method, row.path, content=row.body, headers={"content-type": "application/json"}
         )
     if row.status >= 400:
+        assert len(response.content) < 4096  # nothing the client sent is echoed whole
         error = assert_openai_error(response, row.status)
         if row.param is not None:
             assert error["param"] == row.param

@@ -34,7 +34,9 @@ from llmsim.api.protocol import (
     TokenizeCompletionRequest,
 )
 from llmsim.api.response_models import (
+    ChatCompletionChunk,
     ChatCompletionResponse,
+    CompletionChunk,
     CompletionResponse,
     DetokenizeResponse,
     EmbeddingResponse,
@@ -116,12 +118,17 @@ class LlmsimApp(FastAPI):
         response: type[BaseModel] | None,
         *,
         errors: Sequence[int] = (400, 404),
-        stream: bool = False,
+        stream: type[BaseModel] | None = None,
         summary: str | None = None,
         method: str = "POST",
     ) -> None:
-        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json.
+
+        ``stream``: the chunk model of its ``stream: true`` answer (an SSE stream).
+        """
         self._request_models.extend(body)
+        if stream is not None:
+            self._request_models.append(stream)
         self.add_api_route(
             path,
             endpoint,
@@ -320,7 +327,7 @@ def create_app(
         [ChatCompletionRequest],
         ChatCompletionResponse,
         errors=(400, 404, 503),
-        stream=True,
+        stream=ChatCompletionChunk,
         summary="Chat completion (OpenAI)",
     )
     app.add_json_route(
@@ -329,7 +336,7 @@ def create_app(
         [CompletionRequest],
         CompletionResponse,
         errors=(400, 404, 503),
-        stream=True,
+        stream=CompletionChunk,
         summary="Text completion (OpenAI)",
     )
     app.add_json_route(
