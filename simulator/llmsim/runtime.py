@@ -264,6 +264,7 @@ def _serve_model(
         tokenizer=build_tokenizer(config, model, file),
         token_ids=caching or observer is not metrics,
     )
+    lora = lora_params(model)
     return ServedModel(
         name=model.name,
         generator=generator,
@@ -274,6 +275,7 @@ def _serve_model(
         observe_lags=metrics.observe_lags,
         lora_adapters={a.name: a.path for a in model.lora.adapters} if model.lora is not None else {},
         lora_enabled=model.lora is not None,
+        max_lora_adapters=lora.max_cpu_loras + len(lora.adapters) if lora is not None else 0,
         enable_prompt_tokens_details=model.enable_prompt_tokens_details,
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
