@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,7 +12,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
@@ -51,6 +52,8 @@ from llmsim.api.response_models import (
 )
 from llmsim.api.state import ApiState
 from llmsim.engine.release_gate import ReleaseGate
+
+logger = logging.getLogger("llmsim.api")
 
 Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -215,6 +218,8 @@ class LlmsimApp(FastAPI):
             response = await endpoint(request)
         except APIError as exc:
             response = await api_error_handler(request, exc)
+        except ClientDisconnect as exc:
+            response = await _client_left(request, exc)
         except Exception:
             # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
             error = PlainTextResponse("Internal Server Error", status_code=500)
@@ -257,6 +262,13 @@ def _capped(receive: Receive, limit: int) -> Receive:
         return message
 
     return capped
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    """The client went away before its body was whole: its own doing, not the server's error."""
+    logger.debug("client left before its request body was read: %s %s", request.method, request.url.path)
+    # Nobody reads it (the server drops it); 499 as the routes answer a client gone while waiting.
+    return Response(status_code=499)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -320,6 +332,7 @@ def create_app(
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_left)
     # Also routed here: the same endpoints when the fast path does not apply (middleware, another method: 405).
     app.add_json_route(
         "/v1/chat/completions",
