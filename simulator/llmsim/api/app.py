@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
@@ -64,6 +64,7 @@ _PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
     ("/metrics", "GET"): (200, "text/plain"),
     ("/metrics/summary", "GET"): (200, "application/json"),
     ("/metrics/summary", "DELETE"): (204, None),
+    ("/reset_prefix_cache", "POST"): (200, "application/json"),
 }
 
 
@@ -124,10 +125,12 @@ class LlmsimApp(FastAPI):
         stream: type[BaseModel] | None = None,
         summary: str | None = None,
         method: str = "POST",
+        response_class: type[Response] = JSONResponse,
     ) -> None:
         """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json.
 
         ``stream``: the chunk model of its ``stream: true`` answer (an SSE stream).
+        ``response_class``: the kind of its answer (``PlainTextResponse``: the documented 200 is text).
         """
         self._request_models.extend(body)
         if stream is not None:
@@ -140,6 +143,7 @@ class LlmsimApp(FastAPI):
             summary=summary,
             openapi_extra=request_body(*body),
             responses=responses(response, errors=errors, stream=stream),
+            response_class=response_class,
         )
 
     def add_page_routes(self, pages: Sequence[Route]) -> None:

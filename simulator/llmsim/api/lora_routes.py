@@ -23,7 +23,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from llmsim.api import json_body
@@ -31,7 +31,7 @@ from llmsim.api.errors import APIError, echoed, from_validation_error
 from llmsim.api.served import ServedModel
 from llmsim.api.state import ApiState
 
-__all__ = ["ENV_SWITCH", "MAX_NAME_CHARS", "MAX_PATH_CHARS", "lora_routes", "runtime_lora_updating"]
+__all__ = ["ENV_SWITCH", "LORA_BODIES", "MAX_NAME_CHARS", "MAX_PATH_CHARS", "lora_routes", "runtime_lora_updating"]
 
 #: vLLM's environment switch for the two routes.
 ENV_SWITCH = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
@@ -57,6 +57,13 @@ class LoadLoRAAdapterRequest(BaseModel):
 class UnloadLoRAAdapterRequest(BaseModel):
     lora_name: str
     lora_int_id: int | None = None
+
+
+#: Each route's request body (for /openapi.json).
+LORA_BODIES: dict[str, type[BaseModel]] = {
+    "/v1/load_lora_adapter": LoadLoRAAdapterRequest,
+    "/v1/unload_lora_adapter": UnloadLoRAAdapterRequest,
+}
 
 
 def _invalid(message: str) -> APIError:
@@ -87,6 +94,7 @@ def lora_routes(state: ApiState) -> list[Route]:
     """The two routes, over ``state`` (its adapter index is what requests resolve ``model`` against)."""
 
     async def load(request: Request) -> Response:
+        """Load a LoRA adapter at run time (vLLM, with VLLM_ALLOW_RUNTIME_LORA_UPDATING)"""
         body = await _body(request, LoadLoRAAdapterRequest)
         assert isinstance(body, LoadLoRAAdapterRequest)
         name, path = body.lora_name, body.lora_path
@@ -109,9 +117,10 @@ def lora_routes(state: ApiState) -> list[Route]:
         served.engine.add_lora(name, path)
         served.lora_adapters[name] = path
         state.lora_adapters[name] = served.name
-        return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
     async def unload(request: Request) -> Response:
+        """Unload a LoRA adapter (vLLM, with VLLM_ALLOW_RUNTIME_LORA_UPDATING)"""
         body = await _body(request, UnloadLoRAAdapterRequest)
         assert isinstance(body, UnloadLoRAAdapterRequest)
         name = body.lora_name
@@ -123,7 +132,7 @@ def lora_routes(state: ApiState) -> list[Route]:
         served = state.models[base]
         del served.lora_adapters[name]
         served.engine.remove_lora(name)
-        return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     return [
         Route("/v1/load_lora_adapter", load, methods=["POST"]),

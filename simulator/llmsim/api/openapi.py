@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from llmsim.api.response_models import ErrorResponse
 
@@ -68,13 +68,20 @@ def responses(
         ok["content"] = sse_content(stream)
     out: dict[int | str, dict[str, Any]] = {200: ok}
     for status in errors:
-        out[status] = {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
+        # Content given, not a model: an error is JSON even where the answer is text (FastAPI would
+        # document it in the route's media type).
+        out[status] = {"description": _ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": _ERROR}}}
     return out
 
 
+_ERROR = {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"}
+
+
 def add_request_schemas(document: dict[str, Any], models: Sequence[type[BaseModel]]) -> None:
-    """Put the request models (and the models they use) in ``document``'s components."""
-    _, defs = models_json_schema([(m, "validation") for m in models], ref_template="#/components/schemas/{model}")
+    """Put the request models (and the models they use), and the error body, in ``document``'s components."""
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in models]
+    pairs.append((ErrorResponse, "serialization"))
+    _, defs = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for name, schema in defs.get("$defs", {}).items():
         schemas.setdefault(name, schema)
