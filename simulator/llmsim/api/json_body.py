@@ -38,13 +38,15 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # Strings (their brackets do not count), then everything but brackets.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+# Every byte but brackets, for bytes.translate to delete (one pass in C, strings' brackets kept).
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 # Opening brackets count +1, closing ones -1 (as signed bytes).
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 
 
 def loads(body: bytes) -> Any:
     """``body`` as a JSON value; raises APIError (400) for the bodies above."""
-    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+    if len(body.translate(None, _NOT_BRACKETS)) > MAX_DEPTH and _depth(body) > MAX_DEPTH:
         raise too_deep()
     try:
         data = json.loads(body)
