@@ -47,21 +47,21 @@ _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 def loads(body: bytes) -> Any:
     """``body`` as a JSON value; raises APIError (400) for the bodies above."""
     if len(body.translate(None, _NOT_BRACKETS)) > MAX_DEPTH and _depth(body) > MAX_DEPTH:
-        raise too_deep()
+        raise _too_deep()
     try:
         data = json.loads(body)
     except RecursionError:  # only if MAX_DEPTH were raised past what the interpreter allows
-        raise too_deep() from None
+        raise _too_deep() from None
     except ValueError:
         raise invalid_json(body) from None
     if _SURROGATE_ESCAPE.search(body) is not None:
         where = _lone_surrogate(data)
         if where is not None:
-            raise lone_surrogate(*where)
+            raise _lone_surrogate_error(*where)
     return data
 
 
-def too_deep() -> APIError:
+def _too_deep() -> APIError:
     return validation_failed(
         [
             {
@@ -75,7 +75,7 @@ def too_deep() -> APIError:
     )
 
 
-def lone_surrogate(loc: tuple[str | int, ...], value: str) -> APIError:
+def _lone_surrogate_error(loc: tuple[str | int, ...], value: str) -> APIError:
     return validation_failed(
         [
             {
