@@ -9,9 +9,9 @@ OpenAI's shape everywhere:
   what parses would be walked recursively again (pydantic, JSON-schema answers, ``json.dumps``);
 * a string holding a lone UTF-16 surrogate (``"\\ud800"``): JSON's escapes allow it, UTF-8 cannot
   encode it, so any answer echoing it (``echo``, ``return_token_strs``, a scripted echo, a JSON
-  answer, a stream) would fail half-way. vLLM gets there later: its tokenizer cannot encode such
-  a prompt and the request ends in a 400 with Python's ``surrogates not allowed``. llmsim refuses
-  the body at once, naming the field.
+  answer, a stream) would fail half-way. vLLM parses such a body (FastAPI's ``json.loads``), then
+  its Hugging Face tokenizer refuses the text (``TypeError: TextInputSequence must be str``).
+  llmsim refuses the body at once, naming the field.
 
 NOTE: both checks cost nothing for an ordinary body: the depth is measured only when the body
 holds more than :data:`MAX_DEPTH` brackets, strings are looked at only when the raw body holds a
