@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.responses import PlainTextResponse
+
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
 from llmsim.api.arrival_watch import ArrivalWatch
@@ -21,7 +23,7 @@ from llmsim.api.dev_routes import dev_mode, dev_routes
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
-from llmsim.api.lora_routes import lora_routes, runtime_lora_updating
+from llmsim.api.lora_routes import LORA_BODIES, lora_routes, runtime_lora_updating
 from llmsim.api.served import EngineInfo, ServedModel
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
@@ -264,6 +266,7 @@ def _serve_model(
         tokenizer=build_tokenizer(config, model, file),
         token_ids=caching or observer is not metrics,
     )
+    lora = lora_params(model)
     return ServedModel(
         name=model.name,
         generator=generator,
@@ -274,6 +277,7 @@ def _serve_model(
         observe_lags=metrics.observe_lags,
         lora_adapters={a.name: a.path for a in model.lora.adapters} if model.lora is not None else {},
         lora_enabled=model.lora is not None,
+        max_lora_adapters=lora.max_cpu_loras + len(lora.adapters) if lora is not None else 0,
         enable_prompt_tokens_details=model.enable_prompt_tokens_details,
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
@@ -361,7 +365,15 @@ def build_runtime(
         logger.warning(
             "LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!"
         )
-        app.add_page_routes(lora_routes(state))
+        for route in lora_routes(state):
+            app.add_json_route(
+                route.path,
+                route.endpoint,
+                [LORA_BODIES[route.path]],
+                None,
+                response_class=PlainTextResponse,
+                summary=route.endpoint.__doc__,
+            )
     if dev_mode():
         app.add_page_routes(dev_routes(state))
     return Runtime(config=config, script=script, state=state, app=app, metrics=hub, arrival_watch=watch)

@@ -75,9 +75,28 @@ def test_admin_endpoints_take_the_admin_key(
     api: tuple[str, ...], admin: tuple[str, ...], key: str | None, allowed: bool
 ) -> None:
     access = Access(api, admin)
-    for path in ("/admin/faults", "/sleep", "/wake_up"):
-        scope = http_scope(path, headers=bearer(key) if key else ())
+    for method, path in ADMIN_ROUTES:
+        scope = http_scope(path, method, headers=bearer(key) if key else ())
         assert (access.refusal(scope) is None) is allowed, path
+
+
+ADMIN_ROUTES = [
+    ("GET", "/admin/faults"),
+    ("PUT", "/admin/faults"),
+    ("POST", "/sleep"),
+    ("POST", "/wake_up"),
+    ("POST", "/reset_prefix_cache"),
+    ("DELETE", "/metrics/summary"),
+    ("POST", "/v1/load_lora_adapter"),
+    ("POST", "/v1/unload_lora_adapter"),
+]
+
+
+def test_reading_the_summary_stays_open_when_clearing_it_takes_the_admin_key() -> None:
+    access = Access(["k"], ["a"])
+    assert access.refusal(http_scope("/metrics/summary", "GET")) is None
+    assert access.refusal(http_scope("/metrics/summary", "DELETE")) is not None
+    assert access.refusal(http_scope("/metrics/summary", "DELETE", headers=bearer("a"))) is None
 
 
 @pytest.mark.looptime

@@ -115,6 +115,9 @@ def test_an_unknown_header_value_is_a_400_naming_the_header() -> None:
     assert err.status == 400
     assert err.param == FAULT_HEADER
     assert err.message.startswith("Invalid x-llmsim-fault header value 'teapot': expected one of none, rate_limit,")
+    with pytest.raises(APIError) as info:
+        injector(header_override=True).draw("t" * 60_000, None)
+    assert len(info.value.message) < 1000  # the value is not echoed whole
 
 
 @pytest.mark.parametrize(

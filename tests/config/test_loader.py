@@ -177,6 +177,11 @@ models:
         ),
         ("{slow_factor: 0.5}", "field 'faults.slow_factor': Input should be greater than or equal to 1"),
         ("{stall_ms: -1}", "field 'faults.stall_ms': Input should be greater than or equal to 0"),
+        ("{stall_ms: 1e308}", "field 'faults.stall_ms': Input should be less than or equal to 3600000"),
+        ("{stall_ms: .inf}", "field 'faults.stall_ms': Input should be a finite number"),
+        ("{slow_factor: 1e9}", "field 'faults.slow_factor': Input should be less than or equal to 1000"),
+        ("{rates: {stall: .nan}}", "field 'faults.rates.stall': Input should be a finite number"),
+        ("{seed: 9223372036854775808}", "field 'faults.seed': Input should be less than 9223372036854775808"),
     ],
 )
 def test_fault_errors_name_the_entry_and_field(tmp_path: Path, faults: str, expected: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from llmsim.config.json_schema import models_json_schema
+from llmsim.config.schema import MAX_SLOW_FACTOR, MAX_STALL_MS
 from llmsim.llm.loader import parse_responses
 from llmsim_operator import crd
 from llmsim_operator.crd import custom_resource_definition
@@ -243,3 +244,10 @@ def test_every_models_yml_field_is_in_the_crd_or_says_why_not() -> None:
     assert not missing, f"place these in crd.MODELS_FIELDS (or list them in NOT_IN_THE_CRD, with why): {missing}"
     assert not {f for f in placed if listed(f)}
     assert all(any(listed(f) for f in models_yml_fields() if f.startswith(key)) for key in NOT_IN_THE_CRD)
+
+
+def test_fault_bounds_are_llmsims() -> None:
+    # Generated from llmsim's schema (make generate): the CRD refuses what the simulator would.
+    faults = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["faults"]["properties"]
+    assert faults["stallMs"]["maximum"] == MAX_STALL_MS
+    assert faults["slowFactor"]["maximum"] == MAX_SLOW_FACTOR

@@ -7,9 +7,11 @@ SHA-256 digests in constant time), else 401 with exactly ``{"error":"Unauthorize
 ``WWW-Authenticate``; ``OPTIONS`` is never checked; ``/health``, ``/ping``, ``/metrics`` and the
 rest stay open.
 
-llmsim's own control endpoints (``/admin/*``, ``/sleep``, ``/wake_up``) take the admin key. Without
-an admin key they are open only when no API key is set either: a fleet that asks clients for a key
-does not let them switch faults or put replicas to sleep.
+llmsim's own control endpoints (``/admin/*``, ``DELETE /metrics/summary``) and vLLM's routes that
+change the server (the dev-mode ``/sleep``, ``/wake_up``, ``/reset_prefix_cache``; the runtime LoRA
+``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``) take the admin key, not an API key.
+Without an admin key they are open only when no API key is set either: a fleet that asks clients
+for a key does not let them switch faults, load adapters or put replicas to sleep.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ from starlette.types import Scope
 #: vLLM's guarded prefixes (a string prefix test, as vLLM: ``/v1foo`` is guarded too).
 API_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 ADMIN_PREFIX = "/admin"
-#: Control endpoints guarded like /admin/* (vLLM serves them unauthenticated, in dev mode only).
-ADMIN_PATHS = frozenset({"/sleep", "/wake_up"})
+#: Control endpoints guarded like /admin/*: vLLM serves the first three unauthenticated, in dev
+#: mode only, and the LoRA routes (behind VLLM_ALLOW_RUNTIME_LORA_UPDATING) with any API key.
+ADMIN_PATHS = frozenset(
+    {"/sleep", "/wake_up", "/reset_prefix_cache", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}
+)
+#: Paths guarded like /admin/* for some methods only (reading stays open, as for /metrics).
+ADMIN_METHODS = {"/metrics/summary": frozenset({"DELETE"})}
 _UNAUTHORIZED = b'{"error":"Unauthorized"}'
 
 
@@ -64,7 +71,7 @@ class Access:
         root = scope.get("root_path") or ""
         if root and path.startswith(root):
             path = path[len(root) :]
-        if path.startswith(ADMIN_PREFIX) or path in ADMIN_PATHS:
+        if path.startswith(ADMIN_PREFIX) or path in ADMIN_PATHS or scope.get("method") in ADMIN_METHODS.get(path, ()):
             keys = self._admin
             if not keys and not self.admin_closed:
                 return None

@@ -5,13 +5,13 @@ Guarded by the admin key (``/is_sleeping`` excepted, as it only reads): see :mod
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llmsim.api import json_body
 from llmsim.api.errors import APIError, model_not_found
 from llmsim.api.state import ApiState
 from llmsim.config.schema import Faults
@@ -36,10 +36,7 @@ async def faults(request: Request) -> Response:
     """
     state = _state(request)
     if request.method == "PUT":
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            raise APIError(400, f"Invalid JSON body: {exc}") from None
+        body = json_body.loads(await request.body())
         if not isinstance(body, dict):
             raise APIError(400, "expected a JSON object keyed by model name")
         updates: dict[str, Faults] = {}

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
@@ -33,7 +35,9 @@ from llmsim.api.protocol import (
     TokenizeCompletionRequest,
 )
 from llmsim.api.response_models import (
+    ChatCompletionChunk,
     ChatCompletionResponse,
+    CompletionChunk,
     CompletionResponse,
     DetokenizeResponse,
     EmbeddingResponse,
@@ -49,6 +53,8 @@ from llmsim.api.response_models import (
 from llmsim.api.state import ApiState
 from llmsim.engine.release_gate import ReleaseGate
 
+logger = logging.getLogger("llmsim.api")
+
 Hook = Callable[[], Awaitable[None]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -58,6 +64,7 @@ _PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
     ("/metrics", "GET"): (200, "text/plain"),
     ("/metrics/summary", "GET"): (200, "application/json"),
     ("/metrics/summary", "DELETE"): (204, None),
+    ("/reset_prefix_cache", "POST"): (200, "application/json"),
 }
 
 
@@ -115,12 +122,19 @@ class LlmsimApp(FastAPI):
         response: type[BaseModel] | None,
         *,
         errors: Sequence[int] = (400, 404),
-        stream: bool = False,
+        stream: type[BaseModel] | None = None,
         summary: str | None = None,
         method: str = "POST",
+        response_class: type[Response] = JSONResponse,
     ) -> None:
-        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json."""
+        """A route whose endpoint parses its own JSON body (one of ``body``), documented in /openapi.json.
+
+        ``stream``: the chunk model of its ``stream: true`` answer (an SSE stream).
+        ``response_class``: the kind of its answer (``PlainTextResponse``: the documented 200 is text).
+        """
         self._request_models.extend(body)
+        if stream is not None:
+            self._request_models.append(stream)
         self.add_api_route(
             path,
             endpoint,
@@ -129,6 +143,7 @@ class LlmsimApp(FastAPI):
             summary=summary,
             openapi_extra=request_body(*body),
             responses=responses(response, errors=errors, stream=stream),
+            response_class=response_class,
         )
 
     def add_page_routes(self, pages: Sequence[Route]) -> None:
@@ -207,6 +222,8 @@ class LlmsimApp(FastAPI):
             response = await endpoint(request)
         except APIError as exc:
             response = await api_error_handler(request, exc)
+        except ClientDisconnect as exc:
+            response = await _client_left(request, exc)
         except Exception:
             # As Starlette's ServerErrorMiddleware without debug: a plain 500, then re-raise for the server's log.
             error = PlainTextResponse("Internal Server Error", status_code=500)
@@ -251,11 +268,32 @@ def _capped(receive: Receive, limit: int) -> Receive:
     return capped
 
 
+async def _client_left(request: Request, exc: Exception) -> Response:
+    """The client went away before its body was whole: its own doing, not the server's error."""
+    logger.debug("client left before its request body was read: %s %s", request.method, request.url.path)
+    # Nobody reads it (the server drops it); 499 as the routes answer a client gone while waiting.
+    return Response(status_code=499)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    # Starlette's 405 carries the route's methods in an Allow header (RFC 9110 requires it).
-    err = APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers) if exc.headers else None)
-    return err.response()
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        # RFC 9110: Allow lists every method the path serves. Starlette's names only the first
+        # route that matched the path, and a path may have one route per method (/ping).
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request.app, request.scope))}
+    return APIError(exc.status_code, str(exc.detail), headers=headers).response()
+
+
+def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
+    """Every method some route of ``app`` serves at ``scope``'s path, in a fixed order."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.methods is not None:
+            match, _ = route.matches({**scope, "method": next(iter(route.methods))})
+            if match is Match.FULL:
+                methods |= route.methods
+    return sorted(methods)
 
 
 def create_app(
@@ -298,6 +336,7 @@ def create_app(
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_left)
     # Also routed here: the same endpoints when the fast path does not apply (middleware, another method: 405).
     app.add_json_route(
         "/v1/chat/completions",
@@ -305,7 +344,7 @@ def create_app(
         [ChatCompletionRequest],
         ChatCompletionResponse,
         errors=(400, 404, 503),
-        stream=True,
+        stream=ChatCompletionChunk,
         summary="Chat completion (OpenAI)",
     )
     app.add_json_route(
@@ -314,7 +353,7 @@ def create_app(
         [CompletionRequest],
         CompletionResponse,
         errors=(400, 404, 503),
-        stream=True,
+        stream=CompletionChunk,
         summary="Text completion (OpenAI)",
     )
     app.add_json_route(

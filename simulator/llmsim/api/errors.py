@@ -52,9 +52,20 @@ class APIError(Exception):
         )
 
 
+#: The most of a client's name (a model, an adapter) an error message repeats.
+MAX_ECHOED_NAME_CHARS = 256
+
+
+def echoed(name: str) -> str:
+    """``name`` as an error message repeats it: cut past MAX_ECHOED_NAME_CHARS (a 1 MB name is not sent back)."""
+    if len(name) <= MAX_ECHOED_NAME_CHARS:
+        return name
+    return f"{name[:MAX_ECHOED_NAME_CHARS]}...[{len(name) - MAX_ECHOED_NAME_CHARS} more characters]"
+
+
 def model_not_found(model: str) -> APIError:
     # vLLM's message and type; OpenAI's code, which clients and proxies match on.
-    return APIError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+    return APIError(404, f"The model `{echoed(model)}` does not exist.", param="model", code="model_not_found")
 
 
 def overloaded() -> APIError:

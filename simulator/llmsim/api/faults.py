@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from llmsim.api.errors import RETRY_AFTER_S, APIError
+from llmsim.api.errors import RETRY_AFTER_S, APIError, echoed
 from llmsim.config.schema import FAULT_KINDS, Faults
 from llmsim.types import GenerationPlan, Pacing
 
@@ -148,7 +148,7 @@ class FaultInjector:
             if forced not in FAULT_KINDS and forced != "none":
                 raise APIError(
                     400,
-                    f"Invalid {FAULT_HEADER} header value {forced!r}: expected one of none, {', '.join(FAULT_KINDS)}.",
+                    f"Invalid {FAULT_HEADER} header value {echoed(forced)!r}: expected one of none, {', '.join(FAULT_KINDS)}.",
                     param=FAULT_HEADER,
                 )
             kind = None if forced == "none" else forced

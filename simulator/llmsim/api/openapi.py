@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from llmsim.api.response_models import ErrorResponse
 
@@ -22,14 +22,28 @@ _ERROR_DESCRIPTIONS = {
     503: "The model's waiting queue is full (Retry-After says when to retry) or it is not serving",
 }
 
-SSE_CONTENT = {
-    "text/event-stream": {
-        "schema": {
-            "type": "string",
-            "description": "With `stream: true`: `data: <chunk JSON>` events, then `data: [DONE]`.",
-        }
+
+def sse_content(chunk: type[BaseModel]) -> dict[str, Any]:
+    """A ``text/event-stream`` answer whose events carry ``chunk`` objects (JSON Schema's
+    ``contentMediaType``/``contentSchema``: the stream is text, its decoded events are described)."""
+    events = {
+        "type": "array",
+        "description": "The events' `data`, in order: chunks, an error if one happens mid-stream, then `[DONE]`.",
+        "items": {
+            "anyOf": [
+                {"$ref": f"#/components/schemas/{chunk.__name__}"},
+                {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"},
+                {"const": "[DONE]"},
+            ]
+        },
     }
-}
+    schema = {
+        "type": "string",
+        "description": f"With `stream: true`: `data: <{chunk.__name__} JSON>` events, then `data: [DONE]`.",
+        "contentMediaType": "text/event-stream",
+        "contentSchema": events,
+    }
+    return {"text/event-stream": {"schema": schema}}
 
 
 def request_body(*models: type[BaseModel]) -> dict[str, Any]:
@@ -40,23 +54,34 @@ def request_body(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 def responses(
-    model: type[BaseModel] | None, *, errors: Sequence[int] = (), stream: bool = False, description: str = "OK"
+    model: type[BaseModel] | None,
+    *,
+    errors: Sequence[int] = (),
+    stream: type[BaseModel] | None = None,
+    description: str = "OK",
 ) -> dict[int | str, dict[str, Any]]:
-    """FastAPI ``responses``: 200 with ``model`` (and an SSE stream), plus error statuses in OpenAI's shape."""
+    """FastAPI ``responses``: 200 with ``model`` (and an SSE stream of ``stream`` chunks), plus error statuses."""
     ok: dict[str, Any] = {"description": description}
     if model is not None:
         ok["model"] = model
-    if stream:
-        ok["content"] = SSE_CONTENT
+    if stream is not None:
+        ok["content"] = sse_content(stream)
     out: dict[int | str, dict[str, Any]] = {200: ok}
     for status in errors:
-        out[status] = {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS[status]}
+        # Content given, not a model: an error is JSON even where the answer is text (FastAPI would
+        # document it in the route's media type).
+        out[status] = {"description": _ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": _ERROR}}}
     return out
 
 
+_ERROR = {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"}
+
+
 def add_request_schemas(document: dict[str, Any], models: Sequence[type[BaseModel]]) -> None:
-    """Put the request models (and the models they use) in ``document``'s components."""
-    _, defs = models_json_schema([(m, "validation") for m in models], ref_template="#/components/schemas/{model}")
+    """Put the request models (and the models they use), and the error body, in ``document``'s components."""
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in models]
+    pairs.append((ErrorResponse, "serialization"))
+    _, defs = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     for name, schema in defs.get("$defs", {}).items():
         schemas.setdefault(name, schema)

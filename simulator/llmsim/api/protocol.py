@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from llmsim.api.errors import echoed
 from llmsim.types import GenerationRequest, Message, ToolChoice
 
 INT64_MIN = -(2**63)
@@ -54,7 +55,7 @@ class RequestInvalid(Exception):
         if self.parameter is not None:
             extras.append(f"parameter={self.parameter}")
         if self.value is not None:
-            extras.append(f"value={self.value}")
+            extras.append(f"value={echoed(str(self.value))}")
         return f"{self.message} ({', '.join(extras)})" if extras else self.message
 
 
@@ -352,7 +353,7 @@ def _check_tool_usage(data: dict[str, Any]) -> None:
     name = function["name"]
     if not isinstance(name, str) or not name:
         raise RequestInvalid(
-            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_CORRECT_USAGE}",
+            f"Invalid `name` in `function`: `{echoed(str(name))}` in `tool_choice`! {_CORRECT_USAGE}",
             parameter="tool_choice.function.name",
         )
     # Malformed tools are left to the field validation that follows (vLLM would fail with a 500 here).
@@ -361,7 +362,7 @@ def _check_tool_usage(data: dict[str, Any]) -> None:
     ]
     if name not in names:
         raise RequestInvalid(
-            f"The tool `{name}` specified in `tool_choice` does not match any of the specified `tools`",
+            f"The tool `{echoed(name)}` specified in `tool_choice` does not match any of the specified `tools`",
             parameter="tool_choice",
         )
 

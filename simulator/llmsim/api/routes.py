@@ -6,7 +6,6 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 import struct
 import time
 import uuid
@@ -19,6 +18,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llmsim.api import json_body
 from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
@@ -26,7 +26,6 @@ from llmsim.api.dropped_connection import DropConnection, DroppedResponse, Dropp
 from llmsim.api.errors import (
     APIError,
     from_validation_error,
-    invalid_json,
     model_not_found,
     overloaded,
     unsupported_media_type,
@@ -182,10 +181,7 @@ async def parse_body(request: Request, model_cls: type[M]) -> M:
         raise validation_failed([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     # NOTE: json, then the model in Python mode, as FastAPI does for vLLM: pydantic's JSON mode
     # words some errors differently ("a valid array" for "a valid list").
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise invalid_json(body) from None
+    data = json_body.loads(body)
     try:
         parsed = model_cls.model_validate(data)
     except ValidationError as exc:

@@ -63,5 +63,8 @@ class ServedModel:
     lora_adapters: dict[str, str] = field(default_factory=dict)
     # The model has a lora section (vLLM's --enable-lora): adapters may be loaded at runtime.
     lora_enabled: bool = False
+    # The most adapters a runtime load may bring the model to: its startup adapters plus its
+    # max_cpu_loras (runtime loads are bounded by max_cpu_loras).
+    max_lora_adapters: int = 0
     # vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens in responses.
     enable_prompt_tokens_details: bool = False

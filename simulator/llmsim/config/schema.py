@@ -32,7 +32,10 @@ FAULT_KINDS = (
     "slow",
     "crash",
 )
-Rate = Annotated[float, Field(ge=0, le=1)]
+Rate = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+#: Bounds of a fault's settings: past them a stall or a slowdown would outlive any client.
+MAX_STALL_MS = 3_600_000.0
+MAX_SLOW_FACTOR = 1000.0
 
 
 class _Section(BaseModel):
@@ -171,13 +174,19 @@ class Faults(_Section):
     """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
 
     # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
-    seed: int = Field(default=0, description="Seed of the draws.", json_schema_extra={"format": "int64"})
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = Field(
+        default=0, description="Seed of the draws (a 64-bit integer).", json_schema_extra={"format": "int64"}
+    )
     rates: FaultRates = Field(
         default=FaultRates(), description="Probability of each fault per request (0-1; together at most 1)."
     )
-    stall_ms: Annotated[float, Field(ge=0)] = Field(default=1000.0, description="Length of a stall (ms).")
-    slow_factor: Annotated[float, Field(ge=1)] = Field(
-        default=2.0, description="Latency multiplier of slow (TTFT and every gap between tokens)."
+    # At most an hour, and a finite factor: a gateway's timeouts are shorter, and an unbounded value
+    # would hold a request (and its memory) for ever.
+    stall_ms: Annotated[float, Field(ge=0, le=MAX_STALL_MS, allow_inf_nan=False)] = Field(
+        default=1000.0, description="Length of a stall (ms, at most an hour)."
+    )
+    slow_factor: Annotated[float, Field(ge=1, le=MAX_SLOW_FACTOR, allow_inf_nan=False)] = Field(
+        default=2.0, description="Latency multiplier of slow (TTFT and every gap between tokens; at most 1000)."
     )
     header_override: bool = Field(
         default=False,
