@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint typecheck imports unit system-deps envtest bench bench-plan compiled e2e clean
+.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan compiled e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,13 +39,25 @@ typecheck: $(VENV)/.installed-dev
 imports: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
-# The assignment fails the recipe when the script fails (an `export X=$$(...)` would not).
+# Two pytest workers (pytest-xdist): most integration tests wait on a server or an API server, so
+# two workers keep both cores busy. PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS))
+
+# Everything but the tests marked slow. The assignment fails the recipe when the script fails (an
+# `export X=$$(...)` would not).
 test: lint typecheck imports system-deps
-	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" $(BIN)/pytest $(PYTEST_ARGS)
+	assets="$$(hack/envtest-assets.sh)" && KUBEBUILDER_ASSETS="$$assets" \
+		$(BIN)/pytest -m "not slow" $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The slow set, which CI runs after make test: the planner core compiled with mypyc (minutes on two
+# cores) and the long property runs.
+test-slow: $(VENV)/.installed-dev
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 # Quick loop while developing: no system services.
 unit: $(VENV)/.installed-dev
-	$(BIN)/pytest -m "not integration and not kube and not prometheus" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not integration and not kube and not prometheus and not slow" $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 envtest:
 	@hack/envtest-assets.sh
@@ -56,9 +68,13 @@ envtest:
 e2e: $(VENV)/.installed-dev system-deps
 	e2e/run.sh $(PYTEST_ARGS)
 
-# Every benchmark, then the experiments E1-E8 (about 10 minutes; figures in bench/results/).
+# Every benchmark in bench/, then the experiments E1-E8 (tens of minutes; each writes
+# bench/results/<name>.json). bench-quick runs each at its smallest setting, to check they run.
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+bench-quick: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_all.py --quick $(BENCH_ARGS)
 
 # The planner core compiled with mypyc (setup.py, LLMSIM_COMPILE=1) in a copy: build/compiled.
 compiled: $(VENV)/.installed-dev

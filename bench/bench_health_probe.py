@@ -20,10 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -144,6 +141,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=3.0, help="probe time per phase (idle, loaded)")
     p.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "health_probe.json")
     args = p.parse_args()
     names = args.only.split(",") if args.only else list(SCENARIOS)
     rows = [run_scenario(name, args.seconds) for name in names]
@@ -153,17 +151,8 @@ def main() -> int:
             f"{r['scenario']:<16} {r['idle_p99_ms']:>7.1f}ms {r['loaded_p50_ms']:>5.1f}ms {r['loaded_p99_ms']:>5.1f}ms "
             f"{r['loaded_max_ms']:>5.1f}ms {r['p99_ratio']:>8.1f}x  {'met' if r['met'] else 'MISSED'}"
         )
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    out = {
-        "bench": "health_probe",
-        "commit": commit.strip(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "rows": rows,
-    }
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    (results / "health_probe.json").write_text(json.dumps(out, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"bench": "health_probe", "rows": rows}, indent=2) + "\n")
     return 0 if all(r["met"] for r in rows) else 1
 
 

@@ -77,6 +77,7 @@ BENCHES: dict[str, Bench] = {
         ("bench/bench_live_timing.py",),
         quick=("--levels", "8", "--rounds", "1", "--duration", "1", "--rate", "5", "--ttft-duration", "2"),
     ),
+    "health_probe": Bench(("bench/bench_health_probe.py",), quick=("--seconds", "1")),
     "token_path": Bench(
         ("bench/bench_token_path.py", "--b", "."),
         quick=("--levels", "10", "--rounds", "1", "--duration", "1"),

@@ -24,6 +24,7 @@ def parse(chunk: bytes) -> Any:
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": 'm"odel'}
 
 
+@pytest.mark.slow
 @given(text=st.text(), index=st.integers(0, 200), finish=st.sampled_from([None, *FinishReason]))
 def test_chat_token_chunk_matches_dict_encoding(text: str, index: int, finish: FinishReason | None) -> None:
     t = ChunkTemplates("chatcmpl-1", 1700000000, 'm"odel', chat=True)

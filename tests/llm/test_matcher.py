@@ -115,6 +115,7 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise
 
 
+@pytest.mark.slow
 @settings(max_examples=500)
 @given(PATTERNS, TEXTS)
 def test_required_literals_are_in_every_match(pattern: str, text: str) -> None:
@@ -136,6 +137,7 @@ _entry = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(st.lists(_entry, min_size=1, max_size=8), st.lists(TEXTS, min_size=1, max_size=8))
 def test_prefilter_returns_the_naive_answer(specs: list[tuple[str, str, bool]], texts: list[str]) -> None:

@@ -141,6 +141,7 @@ profile_specs = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=st.one_of(explicit_specs, profile_specs))
 def test_operator_and_simulator_agree_on_any_sizes(spec: dict[str, Any]) -> None:

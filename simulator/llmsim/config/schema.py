@@ -7,7 +7,7 @@ CRD is generated from this schema (``make generate`` writes its JSON Schema, see
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -170,12 +170,20 @@ class FaultRates(_Section):
         return self
 
 
+def _int64_schema(schema: dict[str, Any]) -> None:
+    """A 64-bit integer's JSON Schema says ``format: int64`` rather than its bounds: the bounds are
+    not floats, and Kubernetes 1.20 reads 2**63 - 1 back as -2**63 and then refuses the CRD."""
+    for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        schema.pop(bound, None)
+    schema["format"] = "int64"
+
+
 class Faults(_Section):
     """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
 
     # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
     seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = Field(
-        default=0, description="Seed of the draws (a 64-bit integer).", json_schema_extra={"format": "int64"}
+        default=0, description="Seed of the draws (a 64-bit integer).", json_schema_extra=_int64_schema
     )
     rates: FaultRates = Field(
         default=FaultRates(), description="Probability of each fault per request (0-1; together at most 1)."
