@@ -1,4 +1,4 @@
-"""/openapi.json lists every route with its request and response models (issue 11, defect 5)."""
+"""/openapi.json lists every route with its request and response models."""
 
 from __future__ import annotations
 

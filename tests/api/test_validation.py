@@ -1,4 +1,4 @@
-"""Bodies vLLM refuses are refused here too, with vLLM 0.34's status, type, param and text (issue 11, defect 6).
+"""Bodies vLLM refuses are refused here too, with vLLM 0.34's status, type, param and text.
 
 Expected bodies are vLLM's, as captured from its error handlers (notes/vllm-api-faults.md §8) or
 written from its messages in ``SamplingParams`` and the request models; none is llmsim's output
@@ -185,7 +185,7 @@ async def test_malformed_json_is_reported_at_its_byte_offset(http: httpx.AsyncCl
 
 
 async def test_user_message_without_content_is_accepted_as_vllm_does(http: httpx.AsyncClient) -> None:
-    # Issue 11 lists this among the cases vLLM refuses; vLLM 0.34 accepts it (its custom message
+    # Often listed among the cases vLLM refuses; vLLM 0.34 accepts it (its custom message
     # param requires only `role`; a missing content renders as empty), so llmsim does too.
     r = await http.post("/v1/chat/completions", json={"model": "instant", "messages": [{"role": "user"}]})
     assert r.status_code == 200

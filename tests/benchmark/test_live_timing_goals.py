@@ -1,4 +1,4 @@
-"""bench_live_timing's verdicts on issue 13's goals, on hand-made medians (limits worked out by hand)."""
+"""bench_live_timing's verdicts on its goals, on hand-made medians (limits worked out by hand)."""
 
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def test_other_engines_get_no_step_cost() -> None:
 
 
 def test_the_embedded_model_and_a_profile_alone_decode_at_the_published_h100_tpot(tmp_path: Path) -> None:
-    # The complaint: the embedded llama-3.1-8b decoded at 8.0 ms, a profile alone at 4.84 ms.
+    # The defect this guards: the embedded llama-3.1-8b decoded at 8.0 ms, a profile alone at 4.84 ms.
     # Both must now time alike, at the published 6.48 ms (vLLM 0.21, one H100, one stream), and the
     # embedded file carries no timing of its own.
     embedded = resources.files("llmsim").joinpath("data", "models.yml").read_text()

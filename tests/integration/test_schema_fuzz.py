@@ -1,4 +1,4 @@
-"""schemathesis against the real server, from its own /openapi.json (issue 11, defect 5).
+"""schemathesis against the real server, from its own /openapi.json.
 
 About 500 requests (~30 s here), through uvicorn, uvloop and httptools as users run it. Checks:
 no 5xx, every response's status, content type and body as documented (response-schema

@@ -146,7 +146,7 @@ def test_a_server_without_a_version_is_asked_its_openapi() -> None:
 
 
 def test_kopf_identity_never_asks_getpass(monkeypatch: pytest.MonkeyPatch) -> None:
-    # What getpass does for uid 65532 in the image without a passwd entry (the crash in the issue).
+    # What getpass does for uid 65532 in the image without a passwd entry (kopf's crash before the image had one).
     def no_user() -> str:
         raise KeyError("getpwuid(): uid not found: 65532")
 

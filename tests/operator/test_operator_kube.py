@@ -522,7 +522,7 @@ def test_liveness_endpoint_answers(operator: OperatorProcess) -> None:
         assert response.status == 200
 
 
-#: Breaks getpass as it breaks for uid 65532 without a passwd entry (kopf's crash in the issue).
+#: Breaks getpass as it breaks for uid 65532 without a passwd entry (kopf's crash before the image had one).
 NO_PASSWD_ENTRY = """
 import getpass
 def _no_user():
@@ -625,7 +625,7 @@ def test_kube_version_detection_and_server_side_apply_on_a_1_20_server(
     def apply(body: dict[str, Any]) -> None:
         crds.server_side_apply(body=body, field_manager="llmsim-tests", force_conflicts=True)
 
-    # What the issue saw: 1.20 refuses the unknown field under server-side apply ...
+    # What a 1.20 server does: it refuses the unknown field under server-side apply ...
     with pytest.raises(ApiException) as refused:
         apply(custom_resource_definition())
     assert "x-kubernetes-validations" in str(refused.value.body)

@@ -7,7 +7,7 @@ the workload, no field changes. The prediction of every variant is computed by t
 core and written out *before* the variant is sent; then the same requests go through HTTP and
 each metric is compared with a tolerance of :data:`TOLERANCE`.
 
-The base model is the seed design's GPU (989 TFLOPS, 3,000 GB/s) at a quarter of its speed, with
+The base model is the reference GPU (989 TFLOPS, 3,000 GB/s, an H100's dense FP16 figures) at a quarter of its speed, with
 its 6.74 B-parameter fp16 model: every step lasts 4x longer and every ratio stays the same, so the
 milliseconds of HTTP and event-loop jitter on a shared 2-core machine stay under 2 % of a step.
 
@@ -52,19 +52,19 @@ from llmsim.benchmark.workload import (
 #: Largest relative difference between prediction and measurement that passes.
 TOLERANCE = 0.02
 
-#: Quarter-speed seed GPU: the seed design's 989 TFLOPS and 3,000 GB/s divided by 4.
+#: The reference GPU at quarter speed: 989 TFLOPS and 3,000 GB/s divided by 4.
 HARDWARE: dict[str, dict[str, Any]] = {
     "seed-gpu-quarter": {
         "hbm_gib": 80,
         "memory_bandwidth_gbps": 750,
         "peak_tflops": 247.25,
-        "description": "the seed design's GPU at a quarter of its speed (every step 4x longer, same ratios)",
+        "description": "the reference GPU at a quarter of its speed (every step 4x longer, same ratios)",
     },
     "seed-gpu-sixteenth": {
         "hbm_gib": 80,
         "memory_bandwidth_gbps": 187.5,
         "peak_tflops": 61.8125,
-        "description": "the seed design's GPU at a sixteenth of its speed (for E6: a step outlasts 32 clients' turnaround)",
+        "description": "the reference GPU at a sixteenth of its speed (for E6: a step outlasts 32 clients' turnaround)",
     },
 }
 
