@@ -16,7 +16,6 @@ from pathlib import Path
 
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
-from llmsim.api.arrival_watch import ArrivalWatch
 from llmsim.api.dev_routes import dev_mode, dev_routes
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
@@ -46,6 +45,7 @@ from llmsim.errors import ConfigError
 from llmsim.kv_events import KVEventStream, ZmqPublisher
 from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
 from llmsim.metrics import MetricsHub, cache_config_labels
+from llmsim.transport import ArrivalWatch
 
 logger = logging.getLogger("llmsim")
 
@@ -300,11 +300,13 @@ def build_runtime(
     access: Access | None = None,
     identity: Identity | None = None,
     crash: Crash = exit_process,
+    fast_path: bool = True,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
     ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
-    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in).
+    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in);
+    ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md).
     """
     config = load_models_config(config_path)
     file = str(config_path) if config_path is not None else EMBEDDED_MODELS
@@ -355,7 +357,7 @@ def build_runtime(
         for publisher in publishers.values():
             publisher.close()
 
-    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
+    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity, fast_path=fast_path)
     app.add_page_routes(hub.routes())
     if runtime_lora_updating():
         logger.warning(

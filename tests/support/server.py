@@ -14,6 +14,11 @@ from pathlib import Path
 
 import httpx
 
+#: The server's environment for each way a token can leave (docs/transport.md): llmsim's fast path,
+#: and the plain ASGI path it falls back to (uvicorn's own protocol, every chunk through ``send``).
+#: Streaming suites run on both (a parametrized fixture), so the fallback never rots.
+TRANSPORTS: dict[str, dict[str, str]] = {"fast": {}, "plain": {"LLMSIM_FAST_PATH": "0"}}
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

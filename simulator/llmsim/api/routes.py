@@ -22,7 +22,6 @@ from starlette.responses import JSONResponse, Response
 from llmsim.api.choice_events import merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
-from llmsim.api.dropped_connection import DropConnection, DroppedResponse, DroppingEvents
 from llmsim.api.errors import (
     APIError,
     from_validation_error,
@@ -33,7 +32,6 @@ from llmsim.api.errors import (
     validation_failed,
 )
 from llmsim.api.faults import FAULT_HEADER, Fault
-from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
 from llmsim.api.protocol import (
     ChatCompletionRequest,
@@ -45,11 +43,11 @@ from llmsim.api.protocol import (
     TokenizeCompletionRequest,
 )
 from llmsim.api.served import ServedModel
-from llmsim.api.sse_response import EventSource, SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
+from llmsim.transport import ARRIVAL_KEY, DropConnection, DroppedResponse, DroppingEvents, EventSource, SSEResponse
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, RequestId, TokenEvent
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

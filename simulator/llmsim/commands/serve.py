@@ -12,6 +12,7 @@ from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
+from llmsim.transport import fast_path_enabled, http_setting
 
 logger = logging.getLogger("llmsim")
 
@@ -53,6 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="seconds running requests get to finish after SIGTERM before they are aborted "
         "(vLLM's --shutdown-timeout; default 0: abort at once; env LLMSIM_SHUTDOWN_TIMEOUT)",
     )
+    p.add_argument(
+        "--no-fast-path",
+        dest="fast_path",
+        action="store_false",
+        default=fast_path_enabled(),
+        help="serve through uvicorn's own protocol, plain ASGI send and FastAPI's full stack instead of "
+        "llmsim's token path (docs/transport.md; env LLMSIM_FAST_PATH=0)",
+    )
     p.add_argument("--pod-name", default=env("LLMSIM_POD_NAME"), help="sent as x-llmsim-pod (env LLMSIM_POD_NAME)")
     p.add_argument(
         "--pod-namespace",
@@ -77,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             access=Access(api_keys, admin_keys),
             identity=Identity(args.pod_name, args.pod_namespace),
             max_request_bytes=args.max_request_bytes,
+            fast_path=args.fast_path,
         )
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
@@ -85,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
         logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
-    from llmsim.api.http_protocol import stamping_protocol
     from llmsim.commands.draining_server import DrainingServer
 
     config = uvicorn.Config(
@@ -96,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
         # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
         # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
         # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
-        # release is at hand is parsed after its pass.
-        http=stamping_protocol(runtime.arrival_watch, runtime.state.release_gate),
+        # release is at hand is parsed after its pass. uvicorn's own with the fast path off.
+        http=http_setting(runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path),
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

@@ -14,12 +14,10 @@ stamp is still the time they were read). Parsing runs in the loop's I/O callback
 task's ``give_way`` can hold it, and a burst of new requests (a closed loop's streams ending in
 one step) would otherwise hold the step loop's wake-up for their whole parse.
 
-The chunk writer (:data:`CHUNK_WRITER_KEY`): a streamed token goes out as one chunk of the
-response's chunked body. uvicorn's ``send`` does that after a coroutine, a message dict and a
-dozen checks per call; :class:`ChunkWriter` does only what ``send`` does for a body chunk of a
-started, chunked, unfinished response on a connection that is not paused: frame it and hand it to
-the transport. In any other state it refuses (returns False) and the caller goes through ``send``,
-which waits on a paused transport (backpressure) or ends the response.
+Each request's scope also gets a :class:`~llmsim.transport.chunk_writer.ChunkWriter` for its
+response's direct chunk writes. This is the only module that imports uvicorn's internals
+(``HttpToolsProtocol``, its ``pipeline``, ``cycle`` and keep-alive timer): :mod:`.server` imports
+it only when the fast path is on, and falls back to uvicorn's own protocol when it fails to.
 """
 
 from __future__ import annotations
@@ -27,59 +25,12 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import weakref
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from llmsim.api.arrival_watch import ArrivalWatch
 from llmsim.engine.release_gate import ReleaseGate
-
-#: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
-ARRIVAL_KEY = "llmsim.arrival"
-#: The scope key of the request's :class:`ChunkWriter` (absent under another server).
-CHUNK_WRITER_KEY = "llmsim.chunk_writer"
-#: The cycle's state ChunkWriter reads: uvicorn internals, so a uvicorn without one of them gets no
-#: writer (every chunk through ``send``) rather than a wrong one.
-_CYCLE_STATE = ("flow", "disconnected", "response_started", "response_complete", "chunked_encoding", "transport")
-
-
-class ChunkWriter:
-    """One body chunk of the response of one request, written straight to its transport when ``send`` would do just that."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: RequestResponseCycle) -> None:
-        # Weak: the writer sits in the cycle's own scope, and a strong reference back would make
-        # every request a reference cycle (scope -> writer -> cycle -> scope), freed only by the
-        # garbage collector, in bulk, in a pause that delays a step's release.
-        self._cycle = weakref.ref(cycle)
-
-    def write(self, body: bytes) -> bool:
-        """Write ``body`` as the next chunk, or refuse (False) where ``send`` must decide."""
-        return self.write_framed(self.frame(body) if body else b"")
-
-    @staticmethod
-    def frame(body: bytes) -> bytes:
-        """``body`` as one chunk of a chunked body, as uvicorn's send frames it
-        (httptools_impl.RequestResponseCycle.send; RFC 9112 7.1); made ahead by a response that
-        prepares its chunks."""
-        return b"%x\r\n%b\r\n" % (len(body), body)
-
-    def write_framed(self, framed: bytes) -> bool:
-        """Write a chunk :meth:`frame` made (b"" writes nothing), or refuse (False) where ``send`` must decide."""
-        cycle = self._cycle()
-        if (
-            cycle is None
-            or cycle.flow.write_paused
-            or cycle.disconnected
-            or not cycle.response_started
-            or cycle.response_complete
-            or not cycle.chunked_encoding
-        ):
-            return False
-        if framed:
-            cycle.transport.write(framed)
-        return True
+from llmsim.transport.arrival_watch import ARRIVAL_KEY, ArrivalWatch
+from llmsim.transport.chunk_writer import CHUNK_WRITER_KEY, ChunkWriter, writable
 
 
 class StampingHttpToolsProtocol(HttpToolsProtocol):
@@ -167,7 +118,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         # Not on an upgrade, which makes no cycle.
-        if cycle is not None and cycle.scope is self.scope and _writable(cycle):
+        if cycle is not None and cycle.scope is self.scope and writable(cycle):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
 
@@ -178,14 +129,3 @@ def stamping_protocol(watch: ArrivalWatch | None, gate: ReleaseGate | None = Non
         return StampingHttpToolsProtocol
     attributes = {"arrival_watch": watch, "release_gate": gate}
     return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), attributes)
-
-
-def _writable(cycle: RequestResponseCycle) -> bool:
-    """Whether this uvicorn's cycle has the state :class:`ChunkWriter` reads (checked on the first, once)."""
-    global _WRITABLE
-    if _WRITABLE is None:
-        _WRITABLE = all(hasattr(cycle, name) for name in _CYCLE_STATE) and hasattr(cycle.flow, "write_paused")
-    return _WRITABLE
-
-
-_WRITABLE: bool | None = None
