@@ -22,7 +22,7 @@ from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.lora_routes import lora_routes, runtime_lora_updating
 from llmsim.api.served import EngineInfo, ServedModel
-from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
@@ -297,6 +297,7 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_request_output_tokens: int = DEFAULT_MAX_REQUEST_OUTPUT_TOKENS,
     access: Access | None = None,
     identity: Identity | None = None,
     crash: Crash = exit_process,
@@ -337,7 +338,12 @@ def build_runtime(
 
     lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
     state = ApiState(
-        models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes, release_gate=gate
+        models=models,
+        clock=clock,
+        lifecycle=lifecycle,
+        max_request_bytes=max_request_bytes,
+        max_request_output_tokens=max_request_output_tokens,
+        release_gate=gate,
     )
     for served in models.values():
         for adapter in served.lora_adapters:

@@ -9,7 +9,7 @@ import sys
 
 from llmsim.api.access import Access, parse_keys
 from llmsim.api.identity import Identity
-from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
 from llmsim.transport import fast_path_enabled, http_setting
@@ -31,6 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=int,
         default=int(env("LLMSIM_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES))),
         help="larger request bodies get 413 (env LLMSIM_MAX_REQUEST_BYTES; default 4 MiB)",
+    )
+    p.add_argument(
+        "--max-request-output-tokens",
+        type=int,
+        default=int(env("LLMSIM_MAX_REQUEST_OUTPUT_TOKENS", str(DEFAULT_MAX_REQUEST_OUTPUT_TOKENS))),
+        help="requests that may produce more output tokens (prompts x n x max_tokens) get 400 "
+        "(env LLMSIM_MAX_REQUEST_OUTPUT_TOKENS; default 262144)",
     )
     p.add_argument(
         "--log-level", default=env("LLMSIM_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"]
@@ -76,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if args.shutdown_timeout < 0:
         print("llmsim: --shutdown-timeout must be >= 0", file=sys.stderr)
         return 2
+    if args.max_request_output_tokens < 1:
+        print("llmsim: --max-request-output-tokens must be >= 1", file=sys.stderr)
+        return 2
     # vLLM: the flag wins over the environment variable.
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
     admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])
@@ -86,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             access=Access(api_keys, admin_keys),
             identity=Identity(args.pod_name, args.pod_namespace),
             max_request_bytes=args.max_request_bytes,
+            max_request_output_tokens=args.max_request_output_tokens,
             fast_path=args.fast_path,
         )
     except ConfigError as exc:
