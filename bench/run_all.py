@@ -5,7 +5,7 @@ figures and writes its JSON to bench/results/; the experiments write bench/resul
 and the markdown table for bench/README.md (bench/results/experiments.md). The token-path A/B
 (bench_token_path.py) compares two source trees and is run by hand (see bench/README.md).
 
-    .venv/bin/python bench/run_all.py [--only matcher,plan,metrics,fixed,experiments]
+    .venv/bin/python bench/run_all.py [--only matcher,plan,metrics,fixed,health,experiments]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ BENCHES: dict[str, list[str]] = {
     "plan": [PY, "bench/bench_plan.py"],
     "metrics": [PY, "bench/bench_metrics.py", "--live", "--duration", "6"],
     "fixed": [PY, "bench/bench_fixed.py", "--duration", "6", "--levels", "50,100,200"],
+    "health": [PY, "bench/bench_health_under_load.py"],
     "experiments": [PY, "-m", "llmsim.cli", "bench", "experiments"],
 }
 
