@@ -12,7 +12,8 @@ from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
-from llmsim.transport import fast_path_enabled, http_setting
+from llmsim.transport import ConnectionLimits, default_max_connections, fast_path_enabled, http_setting
+from llmsim.transport.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_REQUEST_TIMEOUT_S
 
 logger = logging.getLogger("llmsim")
 
@@ -62,6 +63,27 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(vLLM's --shutdown-timeout; default 0: abort at once; env LLMSIM_SHUTDOWN_TIMEOUT)",
     )
     p.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=int(env("LLMSIM_MAX_HEADER_BYTES", str(DEFAULT_MAX_HEADER_BYTES))),
+        help="a request whose line and headers are larger gets 431 and a close "
+        "(env LLMSIM_MAX_HEADER_BYTES; default 64 KiB)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(env("LLMSIM_REQUEST_TIMEOUT", str(DEFAULT_REQUEST_TIMEOUT_S))),
+        help="seconds a connection gets to send a whole request (headers and body) from its opening or "
+        "the request's first byte; then 408 and a close (env LLMSIM_REQUEST_TIMEOUT; default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(env("LLMSIM_MAX_CONNECTIONS", "0")),
+        help="open client connections; one more gets 503 and a close as it is accepted "
+        "(env LLMSIM_MAX_CONNECTIONS; default 0: the open-file limit less 100)",
+    )
+    p.add_argument(
         "--no-fast-path",
         dest="fast_path",
         action="store_false",
@@ -85,6 +107,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.max_request_output_tokens < 1:
         print("llmsim: --max-request-output-tokens must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        limits = ConnectionLimits(
+            max_header_bytes=args.max_header_bytes,
+            request_timeout_s=args.request_timeout,
+            max_connections=args.max_connections or default_max_connections(),
+        )
+    except ValueError as exc:
+        print(f"llmsim: {exc}", file=sys.stderr)
         return 2
     # vLLM: the flag wins over the environment variable.
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
@@ -117,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
         # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
         # release is at hand is parsed after its pass. uvicorn's own with the fast path off.
-        http=http_setting(runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path),
+        http=http_setting(runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path, limits=limits),
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

@@ -15,9 +15,10 @@ task's ``give_way`` can hold it, and a burst of new requests (a closed loop's st
 one step) would otherwise hold the step loop's wake-up for their whole parse.
 
 Each request's scope also gets a :class:`~llmsim.transport.chunk_writer.ChunkWriter` for its
-response's direct chunk writes. This is the only module that imports uvicorn's internals
-(``HttpToolsProtocol``, its ``pipeline``, ``cycle`` and keep-alive timer): :mod:`.server` imports
-it only when the fast path is on, and falls back to uvicorn's own protocol when it fails to.
+response's direct chunk writes. This module and :mod:`.connection_guard` (the connection limits,
+which it extends) are the only ones that import uvicorn's internals (``HttpToolsProtocol``, its
+``pipeline``, ``cycle`` and keep-alive timer): :mod:`.server` imports them lazily, and falls back
+to uvicorn's own protocol when that fails.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ import asyncio
 import math
 import time
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from llmsim.engine.release_gate import ReleaseGate
 from llmsim.transport.arrival_watch import ARRIVAL_KEY, ArrivalWatch
 from llmsim.transport.chunk_writer import CHUNK_WRITER_KEY, ChunkWriter, writable
+from llmsim.transport.connection_guard import GuardedHttpToolsProtocol
+from llmsim.transport.limits import ConnectionLimits
 
 
-class StampingHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` with the request's arrival stamp in its scope.
+class StampingHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """``HttpToolsProtocol`` (with the connection limits) and the request's arrival stamp in its scope.
 
     With an :class:`ArrivalWatch` (:func:`stamping_protocol`), a keep-alive connection is watched
     while it waits for its next request, and the stamp is the earlier of the parse and the time
@@ -52,7 +53,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         watch = self.arrival_watch
-        if watch is not None:
+        if watch is not None and not self._refused:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 self._fd = sock.fileno()
@@ -65,6 +66,8 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._kept is not None:
             # Reading is paused while bytes are kept; should the transport hand more over anyway,
             # they go after the kept ones, never ahead of them.
@@ -81,6 +84,9 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
                 self.transport.pause_reading()
                 return
         super().data_received(data)
+
+    def _waiting_for_bytes(self) -> bool:
+        return self._kept is None  # kept bytes wait for us (a release's pass), not for the client
 
     def _idle(self) -> bool:
         """Between requests: no response under way, nothing pipelined (a request now is a new one)."""
@@ -122,10 +128,12 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
 
-def stamping_protocol(watch: ArrivalWatch | None, gate: ReleaseGate | None = None) -> type[StampingHttpToolsProtocol]:
+def stamping_protocol(
+    watch: ArrivalWatch | None, gate: ReleaseGate | None = None, limits: ConnectionLimits | None = None
+) -> type[StampingHttpToolsProtocol]:
     """The protocol class for uvicorn's ``http`` setting, its stamps helped by ``watch``, its
-    parses of new requests deferred past ``gate``'s releases at hand."""
-    if watch is None and gate is None:
+    parses of new requests deferred past ``gate``'s releases at hand, enforcing ``limits``."""
+    if watch is None and gate is None and limits is None:
         return StampingHttpToolsProtocol
-    attributes = {"arrival_watch": watch, "release_gate": gate}
+    attributes = {"arrival_watch": watch, "release_gate": gate, "limits": limits or ConnectionLimits()}
     return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), attributes)
