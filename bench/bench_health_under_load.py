@@ -8,9 +8,10 @@ keep-alive connection, one probe after the other, from this process. Per shape i
 probes' p50/p99/max, the request's duration and status, and the server's RSS growth; and the
 same probes with no load, for reference.
 
-Shapes (all exactly at the default limit): n=128 × max_tokens=2,048 and n=8 × max_tokens=32,760,
-each non-streamed and streamed (the client reads as fast as it can); then the issue's request
-(n=128 × 30,000), which must be refused at once.
+Shapes (all at the default limit): n=128 × max_tokens=2,048 and n=8 × max_tokens=32,760, each
+non-streamed and streamed (the client reads as fast as it can), and 128 prompts × n=128 ×
+max_tokens=16 (16,384 choices); then the issue's request (n=128 × 30,000), which must be refused
+at once.
 
     .venv/bin/python bench/bench_health_under_load.py [--transport fast|plain] [--seconds-before 1]
 
@@ -45,6 +46,7 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("n128x2048 stream", {"n": 128, "max_tokens": 2048, "stream": True}),
     ("n8x32760", {"n": 8, "max_tokens": 32760}),
     ("n8x32760 stream", {"n": 8, "max_tokens": 32760, "stream": True}),
+    ("p128xn128x16", {"prompt": ["hi"] * 128, "n": 128, "max_tokens": 16}),
     ("issue n128x30000", {"n": 128, "max_tokens": 30000}),
 ]
 

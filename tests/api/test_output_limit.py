@@ -175,6 +175,33 @@ async def test_merged_choices_whose_tokens_are_all_due_give_the_loop_a_turn_ever
     assert turns >= 16000 // choice_events.YIELD_EVERY
 
 
+async def test_the_choices_of_a_large_batch_start_a_slice_at_a_time() -> None:
+    started = 0
+
+    class CountedStream(DueStream):
+        async def __anext__(self) -> TokenEvent:
+            nonlocal started
+            if self._left == 1:
+                started += 1
+            return await super().__anext__()
+
+    seen_by_others: list[int] = []
+
+    async def other() -> None:
+        seen_by_others.append(started)
+
+    streams: list[Any] = [CountedStream(1) for _ in range(3 * choice_events.YIELD_EVERY)]
+    merged = choice_events.merged_events(streams)
+    first = asyncio.ensure_future(merged.__anext__())
+    asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other()))
+    await first
+    await asyncio.sleep(0)
+    await merged.aclose()
+    # Another task ran while the first slice's pumps had started and the rest had not.
+    assert seen_by_others
+    assert seen_by_others[0] <= 2 * choice_events.YIELD_EVERY
+
+
 async def test_a_large_non_streamed_answer_is_delivered_in_slices_planned_and_rendered_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,8 +48,16 @@ async def merged_events(streams: Sequence[TokenStream]) -> AsyncGenerator[tuple[
             if not cancelled:  # nobody waits for the end of a cancelled pump
                 await queue.put(_END)
 
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    tasks: list[asyncio.Task[None]] = []
     try:
+        # A slice of pumps at a time, each slice's first steps in a loop turn of its own: a
+        # request of thousands of choices (a batch of prompts × n) would otherwise start them all
+        # in one iteration (measured: 12,800 pumps, 0.33 s).
+        for start in range(0, len(streams), YIELD_EVERY):
+            if start:
+                await asyncio.sleep(0)
+            batch = streams[start : start + YIELD_EVERY]
+            tasks += [asyncio.create_task(pump(i, s)) for i, s in enumerate(batch, start)]
         remaining = len(tasks)
         taken = 0
         while remaining:
