@@ -65,6 +65,15 @@ def test_the_bound_is_prompts_times_n_times_max_tokens() -> None:
     assert output_bound([request(n=4)], 32768) == 0
 
 
+async def test_max_tokens_past_the_context_gets_vllms_own_error_first(tmp_path: Path) -> None:
+    rt = runtime(tmp_path, 1000)
+    ex = await call(rt.app, "/v1/completions", {**ISSUE_REQUEST, "max_tokens": 40000})
+    assert status(ex) == 400
+    error = json.loads(ex.body)["error"]
+    assert error["param"] == "max_tokens"
+    assert error["message"].startswith("'max_tokens' or 'max_completion_tokens' is too large: 40000.")
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_the_issues_request_is_refused_before_planning(tmp_path: Path, stream: bool) -> None:
     rt = runtime(tmp_path, 2**18)

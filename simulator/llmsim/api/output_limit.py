@@ -8,7 +8,8 @@ llmsim refuses a request whose output may exceed a per-request limit (``llmsim s
 --max-request-output-tokens``), with a 400 in OpenAI's error shape, before planning it:
 
     bound = Σ over prompts of n × per-choice bound
-    per-choice bound = max_tokens                       when given
+    per-choice bound = max_tokens                       when given (past the context:
+                                                        vLLM's own 400 instead)
                      = the model's context length       with ignore_eos and no max_tokens
                                                         (the output then fills the context)
 
@@ -27,7 +28,9 @@ from llmsim.types import GenerationPlan, GenerationRequest
 def choice_bound(request: GenerationRequest, context_length: int) -> int | None:
     """Most output tokens one choice of ``request`` may produce before it is planned (None: its script decides)."""
     if request.max_tokens is not None:
-        return request.max_tokens
+        # Past the context, vLLM's own 400 ("'max_tokens' or 'max_completion_tokens' is too
+        # large") comes first: the generator raises it before planning anything.
+        return request.max_tokens if request.max_tokens <= context_length else 0
     if request.ignore_eos:
         return context_length
     return None
