@@ -10,6 +10,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -156,3 +157,21 @@ def test_a_connection_over_the_cap_gets_503_and_the_others_are_served(server: Se
     while httpx.get(server.base_url + "/health", timeout=PATIENCE_S).status_code != 200:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_idle_connections_past_the_descriptor_limit_are_refused_then_closed(tmp_path: Path) -> None:
+    """The report's case: more idle connections than ``ulimit -n`` allows. Those past the cap (the
+    limit less what the server keeps for itself) get 503 at once, the rest 408 at the request
+    timeout, and /health answers again."""
+    soft = 256
+    idle: list[socket.socket] = []
+    with running_server(tmp_path, extra_args=["--request-timeout", "0.5"], open_files=soft) as srv:
+        try:
+            for _ in range(soft + 44):
+                idle.append(connect(srv))
+            answers = [read_until_closed(sock)[:13] for sock in idle]
+        finally:
+            for sock in idle:
+                sock.close()
+        assert set(answers) == {b"HTTP/1.1 503 ", b"HTTP/1.1 408 "}  # every one answered, none failed
+        assert httpx.get(srv.base_url + "/health", timeout=PATIENCE_S).status_code == 200
