@@ -114,9 +114,10 @@ def test_a_slowloris_is_closed_after_the_request_timeout(server: ServerProcess) 
     assert closed
 
 
-def test_a_connection_that_sends_nothing_is_closed(server: ServerProcess) -> None:
+def test_a_connection_that_sends_nothing_is_closed_without_a_word(server: ServerProcess) -> None:
+    # As an idle keep-alive connection is: no answer to a request that never came.
     with connect(server) as sock:
-        assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        assert read_until_closed(sock) == b""
 
 
 def test_a_body_that_never_arrives_ends_the_connection(server: ServerProcess) -> None:
@@ -161,8 +162,8 @@ def test_a_connection_over_the_cap_gets_503_and_the_others_are_served(server: Se
 
 def test_idle_connections_past_the_descriptor_limit_are_refused_then_closed(tmp_path: Path) -> None:
     """The report's case: more idle connections than ``ulimit -n`` allows. Those past the cap (the
-    limit less what the server keeps for itself) get 503 at once, the rest 408 at the request
-    timeout, and /health answers again."""
+    limit less what the server keeps for itself) get 503 at once, the rest are closed at the
+    request timeout, and /health answers again."""
     soft = 256
     idle: list[socket.socket] = []
     with running_server(tmp_path, extra_args=["--request-timeout", "0.5"], open_files=soft) as srv:
@@ -173,5 +174,6 @@ def test_idle_connections_past_the_descriptor_limit_are_refused_then_closed(tmp_
         finally:
             for sock in idle:
                 sock.close()
-        assert set(answers) == {b"HTTP/1.1 503 ", b"HTTP/1.1 408 "}  # every one answered, none failed
+        # Past the cap a clear refusal; the others closed once idle for the timeout.
+        assert set(answers) == {b"HTTP/1.1 503 ", b""}
         assert httpx.get(srv.base_url + "/health", timeout=PATIENCE_S).status_code == 200

@@ -5,7 +5,8 @@
   client gets ``431 Request Header Fields Too Large`` and the connection closes.
 - Request timeout: a timer from the connection's opening, and from each request's first byte,
   to its last (headers and body); when it fires, ``408 Request Timeout`` and a close while the
-  headers are incomplete, a close once the app has the request (it then sees a disconnect).
+  headers are incomplete, a close alone when not a byte came (an idle connection) or once the
+  app has the request (it then sees a disconnect).
   Between requests uvicorn's keep-alive timer (``timeout_keep_alive``, 5 s) closes idle
   connections, as before.
 - Connection cap: a connection beyond ``max_connections`` gets ``503 Service Unavailable`` and is
@@ -116,7 +117,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self._waiting_for_bytes():
             self._arm()  # read already, its parse deferred: not the client's fault
             return
-        if self._in_head:
+        if self._in_head and self._head_bytes == 0:
+            # Not a byte of a request: closed without a word, as an idle keep-alive connection
+            # is (a client that pooled it sees a close, not an answer to a request it never sent).
+            self._refused = True
+            self.transport.close()
+        elif self._in_head:
             self._refuse(TIMED_OUT)
         else:
             # The app has the request and may be answering: no status line of ours in its way.

@@ -40,7 +40,8 @@ class ConnectionLimits:
 
     # Header bytes of one request, request line included; more gets 431 and a close.
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
-    # Seconds for a request's headers and body to arrive; then 408 (or a close, once the app has it).
+    # Seconds for a request's headers and body to arrive; then 408 and a close (a close alone when
+    # nothing came, or once the app has the request).
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     # Open client connections; one more is answered 503 and closed at once (None: no cap).
     max_connections: int | None = None
