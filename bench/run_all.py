@@ -78,6 +78,7 @@ BENCHES: dict[str, Bench] = {
         quick=("--levels", "8", "--rounds", "1", "--duration", "1", "--rate", "5", "--ttft-duration", "2"),
     ),
     "health_probe": Bench(("bench/bench_health_probe.py",), quick=("--seconds", "1")),
+    "health_under_load": Bench(("bench/bench_health_under_load.py",), quick=("--seconds-before", "0.5")),
     "token_path": Bench(
         ("bench/bench_token_path.py", "--b", "."),
         quick=("--levels", "10", "--rounds", "1", "--duration", "1"),

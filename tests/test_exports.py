@@ -19,6 +19,7 @@ PACKAGES = [
     "llmsim.fleet",
     "llmsim.calibration",
     "llmsim.kv_events",
+    "llmsim.transport",
     "llmsim_operator",
     "llmsim_capacity",
 ]

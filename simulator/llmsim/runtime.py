@@ -18,14 +18,13 @@ from starlette.responses import PlainTextResponse
 
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
-from llmsim.api.arrival_watch import ArrivalWatch
 from llmsim.api.dev_routes import dev_mode, dev_routes
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.lora_routes import LORA_BODIES, lora_routes, runtime_lora_updating
 from llmsim.api.served import EngineInfo, ServedModel
-from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, ApiState
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
@@ -48,6 +47,7 @@ from llmsim.errors import ConfigError
 from llmsim.kv_events import KVEventStream, ZmqPublisher
 from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
 from llmsim.metrics import MetricsHub, cache_config_labels
+from llmsim.transport import ArrivalWatch
 
 logger = logging.getLogger("llmsim")
 
@@ -301,14 +301,17 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_request_output_tokens: int = DEFAULT_MAX_REQUEST_OUTPUT_TOKENS,
     access: Access | None = None,
     identity: Identity | None = None,
     crash: Crash = exit_process,
+    fast_path: bool = True,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
     ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
-    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in).
+    command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in);
+    ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md).
     """
     config = load_models_config(config_path)
     file = str(config_path) if config_path is not None else EMBEDDED_MODELS
@@ -339,7 +342,12 @@ def build_runtime(
 
     lifecycle = Lifecycle(clock.now, config.startup_seconds, abort_requests)
     state = ApiState(
-        models=models, clock=clock, lifecycle=lifecycle, max_request_bytes=max_request_bytes, release_gate=gate
+        models=models,
+        clock=clock,
+        lifecycle=lifecycle,
+        max_request_bytes=max_request_bytes,
+        max_request_output_tokens=max_request_output_tokens,
+        release_gate=gate,
     )
     for served in models.values():
         for adapter in served.lora_adapters:
@@ -359,7 +367,7 @@ def build_runtime(
         for publisher in publishers.values():
             publisher.close()
 
-    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity)
+    app = create_app(state, on_startup=start, on_shutdown=stop, access=access, identity=identity, fast_path=fast_path)
     app.add_page_routes(hub.routes())
     if runtime_lora_updating():
         logger.warning(

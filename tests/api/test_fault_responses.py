@@ -13,9 +13,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from llmsim.api.dropped_connection import DropConnection
 from llmsim.engine import MonotonicClock
 from llmsim.runtime import Runtime, build_runtime
+from llmsim.transport.dropped_connection import DropConnection
 from tests.api.asgi_driver import Exchange, call
 
 CONFIG = """

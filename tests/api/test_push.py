@@ -19,9 +19,9 @@ import pytest
 
 from llmsim.api.completion_bodies import ChunkTemplates
 from llmsim.api.completion_stream import CompletionStream
-from llmsim.api.sse_response import SSEResponse
 from llmsim.engine import MonotonicClock
 from llmsim.runtime import Runtime, build_runtime
+from llmsim.transport.sse_response import SSEResponse
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 from tests.api.asgi_driver import Exchange, call
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server import running_server
+from tests.support.server import TRANSPORTS, running_server
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,8 @@ async def health_answers(client: httpx.AsyncClient, count: int) -> int:
     return ok
 
 
-def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Path, transport: str) -> None:
     async def scenario(server_port: int, base_url: str, pid: int) -> tuple[int, int, int, int]:
         # The probe's connection is open (keep-alive) before the storm, as a health checker's is.
         async with httpx.AsyncClient(base_url=base_url, timeout=10) as probe:
@@ -86,7 +87,7 @@ def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Pa
             writer.close()
         return before, during, answered, completed
 
-    with running_server(tmp_path) as server:
+    with running_server(tmp_path, env=TRANSPORTS[transport]) as server:
         before, during, answered, completed = asyncio.run(scenario(server.port, server.base_url, server.process.pid))
     assert completed == 200
     assert answered == PROBES

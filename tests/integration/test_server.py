@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.metrics.scrape import Page, parse
-from tests.support.server import ServerProcess, free_port, running_server
+from tests.support.server import TRANSPORTS, ServerProcess, free_port, running_server
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +47,11 @@ default:
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("srv"), config=CONFIG, responses=RESPONSES) as s:
+@pytest.fixture(scope="module", params=sorted(TRANSPORTS))
+def server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """The server on each transport: the fast path, and the plain ASGI path it falls back to."""
+    env = TRANSPORTS[request.param]
+    with running_server(tmp_path_factory.mktemp("srv"), config=CONFIG, responses=RESPONSES, env=env) as s:
         yield s
 
 

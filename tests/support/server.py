@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -10,9 +11,20 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
+
+#: The server's environment for each way a token can leave (docs/transport.md): llmsim's fast path,
+#: and the plain ASGI path it falls back to (uvicorn's own protocol, every chunk through ``send``).
+#: Streaming suites run on both (a parametrized fixture), so the fallback never rots.
+TRANSPORTS: dict[str, dict[str, str]] = {"fast": {}, "plain": {"LLMSIM_FAST_PATH": "0"}}
+
+
+def _limit_open_files(soft: int) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def free_port() -> int:
@@ -56,8 +68,12 @@ def running_server(
     env: dict[str, str] | None = None,
     startup_timeout: float = 30.0,
     ready_path: str = "/health",
+    open_files: int | None = None,
 ) -> Iterator[ServerProcess]:
-    """Write the given YAML texts to files, start ``llmsim serve`` and wait for ``ready_path`` to answer 200."""
+    """Write the given YAML texts to files, start ``llmsim serve`` and wait for ``ready_path`` to answer 200.
+
+    ``open_files``: the server's soft open-file limit (``ulimit -n``), when not inherited.
+    """
     args = [sys.executable, "-m", "llmsim.cli", "serve", "--host", "127.0.0.1"]
     if config is not None:
         path = tmp_path / "models.yml"
@@ -71,7 +87,13 @@ def running_server(
     args += ["--port", str(port), "--log-level", "warning", *extra_args]
     log_path = tmp_path / f"server-{port}.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=None if open_files is None else partial(_limit_open_files, open_files),
+        )
     server = ServerProcess(proc, port, log_path)
     try:
         deadline = time.monotonic() + startup_timeout

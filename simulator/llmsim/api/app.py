@@ -20,9 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 from llmsim import __version__
 from llmsim.api import admin_routes, routes
 from llmsim.api.access import Access
-from llmsim.api.dropped_connection import quiet_dropped_connections
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
-from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import Identity, with_headers
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.openapi import add_request_schemas, request_body, responses
@@ -52,6 +50,7 @@ from llmsim.api.response_models import (
 )
 from llmsim.api.state import ApiState
 from llmsim.engine.release_gate import ReleaseGate
+from llmsim.transport import ARRIVAL_KEY, quiet_dropped_connections
 
 logger = logging.getLogger("llmsim.api")
 
@@ -80,6 +79,8 @@ class LlmsimApp(FastAPI):
     own ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
     Every other request, and these paths with other methods (405), go through FastAPI.
 
+    With ``fast_path`` False (``llmsim serve --no-fast-path``) they go through the stack too.
+
     NOTE: the shortcut holds only while nobody added middleware (``add_middleware`` or
     ``@app.middleware``): from then on every request goes through the stack, so a middleware can
     never silently miss the completion routes.
@@ -101,9 +102,11 @@ class LlmsimApp(FastAPI):
         identity: Identity | None = None,
         lifecycle: Lifecycle | None = None,
         gate: ReleaseGate | None = None,
+        fast_path: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self._fast_path = fast_path
         self._now = now
         # The engines' pending releases: a request's work waits while one is at hand.
         self._gate = gate
@@ -206,7 +209,12 @@ class LlmsimApp(FastAPI):
         lifecycle = self._lifecycle
         lifecycle.started()
         try:
-            if scope["method"] == "POST" and not scope.get("root_path") and not self.user_middleware:
+            if (
+                scope["method"] == "POST"
+                and self._fast_path
+                and not scope.get("root_path")
+                and not self.user_middleware
+            ):
                 await self._serve(endpoint, scope, receive, send, headers)
             else:
                 await super().__call__(scope, receive, with_headers(send, headers))
@@ -303,6 +311,7 @@ def create_app(
     on_shutdown: Hook | None = None,
     access: Access | None = None,
     identity: Identity | None = None,
+    fast_path: bool = True,
 ) -> LlmsimApp:
     """Build the app. ``on_startup``/``on_shutdown`` start and stop the engines (runtime.py)."""
 
@@ -332,6 +341,7 @@ def create_app(
         identity=identity,
         gate=state.release_gate,
         lifecycle=state.lifecycle,
+        fast_path=fast_path,
     )
     app.state.llmsim = state
     app.add_exception_handler(APIError, api_error_handler)

@@ -9,7 +9,7 @@ fault per request); the second picks the token a stall or a drop happens at.
 
 Errors are answered before anything is queued, as llm-d's inference simulator does; ``stall`` and
 ``slow`` become a :class:`~llmsim.types.Pacing` of the plans (the engine applies it);
-``abort_mid_stream`` drops the connection (:mod:`.dropped_connection`); ``crash`` ends the process.
+``abort_mid_stream`` drops the connection (:mod:`llmsim.transport.dropped_connection`); ``crash`` ends the process.
 """
 
 from __future__ import annotations

@@ -19,10 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmsim.api import json_body
-from llmsim.api.choice_events import merged_events
+from llmsim.api.choice_events import YIELD_EVERY, merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
-from llmsim.api.dropped_connection import DropConnection, DroppedResponse, DroppingEvents
 from llmsim.api.errors import (
     APIError,
     from_validation_error,
@@ -32,8 +31,8 @@ from llmsim.api.errors import (
     validation_failed,
 )
 from llmsim.api.faults import FAULT_HEADER, Fault
-from llmsim.api.http_protocol import ARRIVAL_KEY
 from llmsim.api.identity import SCOPE_CLIENT_REQUEST_ID, SCOPE_REQUEST_ID
+from llmsim.api.output_limit import check_planned, check_requested
 from llmsim.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -44,11 +43,11 @@ from llmsim.api.protocol import (
     TokenizeCompletionRequest,
 )
 from llmsim.api.served import ServedModel
-from llmsim.api.sse_response import EventSource, SSEResponse
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
+from llmsim.transport import ARRIVAL_KEY, DropConnection, DroppedResponse, DroppingEvents, EventSource, SSEResponse
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, RequestId, TokenEvent
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -129,9 +128,21 @@ async def _off_loop(request: Request, fn: Callable[..., T], *args: Any, **kwargs
     return fn(*args, **kwargs)
 
 
+#: Requests that may produce more output tokens than this are planned, and their non-streamed
+#: bodies rendered, in a worker thread whatever their body's size: that work grows with the output
+#: (prompts × n × max_tokens), not with the request's bytes.
+OFFLOAD_OUTPUT_TOKENS = 16 * 1024
+
+
 async def _plan(request: Request, served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
-    """Run the generator (context checks first); one flat list of plans, choice index = position."""
-    return await _off_loop(request, _generate, served, requests)
+    """Run the generator (output limit and context checks first); one flat list of plans, choice index = position."""
+    limit = _state(request).max_request_output_tokens
+    if check_requested(requests, served.context_length, limit) > OFFLOAD_OUTPUT_TOKENS:
+        plans = await asyncio.to_thread(_generate, served, requests)
+    else:
+        plans = await _off_loop(request, _generate, served, requests)
+    check_planned(requests, plans, limit)
+    return plans
 
 
 def _generate(served: ServedModel, requests: Sequence[GenerationRequest]) -> list[GenerationPlan]:
@@ -300,7 +311,8 @@ async def _respond(
                 replace(p, finish_reason=FinishReason.ABORT) if len(t) < p.num_output_tokens else p
                 for p, t in zip(plans, texts, strict=True)
             ]
-        whole = completion_body(
+        render = partial(
+            _render_body,
             request_id,
             created,
             model,
@@ -314,7 +326,11 @@ async def _respond(
             named_tool=named_tool,
             tool_call_ids=tool_call_ids,
         )
-        return JSONResponse(whole)
+        if sum(len(t) for t in texts) > OFFLOAD_OUTPUT_TOKENS:
+            # A body of megabytes: built and encoded off the loop, which gets the GIL back every
+            # switch interval (5 ms) meanwhile.
+            return await asyncio.to_thread(render)
+        return render()
     streams = await _submit(served, plans, arrival, ids)
     stream = CompletionStream(
         ChunkTemplates(request_id, created, model, chat=chat),
@@ -355,6 +371,10 @@ async def _respond(
     return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS, gate=gate)
 
 
+def _render_body(*args: Any, **kwargs: Any) -> Response:
+    return JSONResponse(completion_body(*args, **kwargs))
+
+
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:
     # n choices of one prompt share its prompt tokens; a batch of prompts adds them up.
     return sum(p.prompt_tokens for p in plans[:: body.n])
@@ -393,6 +413,12 @@ async def _complete(
                 break
             texts[pos].append(event.text)
             lags.append(now() - event.sim_time)
+            if len(lags) >= YIELD_EVERY:
+                # Tokens already due come without a suspension (the instant engine's all are):
+                # the loop gets a turn every slice, and the lags are recorded a slice at a time.
+                served.observe_lags(lags)
+                lags.clear()
+                await asyncio.sleep(0)
     except RequestAborted:
         aborted = True
     finally:

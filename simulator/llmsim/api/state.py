@@ -12,6 +12,11 @@ from llmsim.engine.release_gate import ReleaseGate
 #: Default cap on a request body. vLLM has none; 4 MiB holds a 128k-token prompt several times over,
 #: and validating a body that size holds the event loop for a few milliseconds only.
 DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20
+#: Default cap on a request's output tokens, all prompts and choices together (api/output_limit.py).
+#: vLLM has none (it bounds each choice by the context only). 256 Ki tokens: eight choices of a
+#: 32k-context model filled to the brim; its plans take ~40 MB and the server answers /health
+#: meanwhile (bench/bench_health_under_load.py).
+DEFAULT_MAX_REQUEST_OUTPUT_TOKENS = 2**18
 
 
 @dataclass(slots=True)
@@ -23,6 +28,8 @@ class ApiState:
     lifecycle: Lifecycle
     # Larger request bodies are refused with 413 before they are parsed.
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # More output tokens in one request (prompts × n × max_tokens) are refused with 400 before planning.
+    max_request_output_tokens: int = DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
     # The scheduler engines' pending token releases, which request work gives way to (None: no such engine).
     release_gate: ReleaseGate | None = None
     # LoRA adapter name -> the served model it runs on (requests name adapters in "model").

@@ -9,9 +9,11 @@ import sys
 
 from llmsim.api.access import Access, parse_keys
 from llmsim.api.identity import Identity
-from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES
+from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
+from llmsim.transport import ConnectionLimits, default_max_connections, fast_path_enabled, http_setting
+from llmsim.transport.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_REQUEST_TIMEOUT_S
 
 logger = logging.getLogger("llmsim")
 
@@ -30,6 +32,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=int,
         default=int(env("LLMSIM_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES))),
         help="larger request bodies get 413 (env LLMSIM_MAX_REQUEST_BYTES; default 4 MiB)",
+    )
+    p.add_argument(
+        "--max-request-output-tokens",
+        type=int,
+        default=int(env("LLMSIM_MAX_REQUEST_OUTPUT_TOKENS", str(DEFAULT_MAX_REQUEST_OUTPUT_TOKENS))),
+        help="requests that may produce more output tokens (prompts x n x max_tokens) get 400 "
+        "(env LLMSIM_MAX_REQUEST_OUTPUT_TOKENS; default 262144)",
     )
     p.add_argument(
         "--log-level", default=env("LLMSIM_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"]
@@ -53,6 +62,35 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="seconds running requests get to finish after SIGTERM before they are aborted "
         "(vLLM's --shutdown-timeout; default 0: abort at once; env LLMSIM_SHUTDOWN_TIMEOUT)",
     )
+    p.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=int(env("LLMSIM_MAX_HEADER_BYTES", str(DEFAULT_MAX_HEADER_BYTES))),
+        help="a request whose line and headers are larger gets 431 and a close "
+        "(env LLMSIM_MAX_HEADER_BYTES; default 64 KiB)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(env("LLMSIM_REQUEST_TIMEOUT", str(DEFAULT_REQUEST_TIMEOUT_S))),
+        help="seconds a connection gets to send a whole request (headers and body) from its opening or "
+        "the request's first byte; then 408 and a close (env LLMSIM_REQUEST_TIMEOUT; default 30)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(env("LLMSIM_MAX_CONNECTIONS", "0")),
+        help="open client connections; one more gets 503 and a close as it is accepted "
+        "(env LLMSIM_MAX_CONNECTIONS; default 0: the open-file limit less 100)",
+    )
+    p.add_argument(
+        "--no-fast-path",
+        dest="fast_path",
+        action="store_false",
+        default=fast_path_enabled(),
+        help="serve through uvicorn's own protocol, plain ASGI send and FastAPI's full stack instead of "
+        "llmsim's token path (docs/transport.md; env LLMSIM_FAST_PATH=0)",
+    )
     p.add_argument("--pod-name", default=env("LLMSIM_POD_NAME"), help="sent as x-llmsim-pod (env LLMSIM_POD_NAME)")
     p.add_argument(
         "--pod-namespace",
@@ -67,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
     if args.shutdown_timeout < 0:
         print("llmsim: --shutdown-timeout must be >= 0", file=sys.stderr)
         return 2
+    if args.max_request_output_tokens < 1:
+        print("llmsim: --max-request-output-tokens must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        limits = ConnectionLimits(
+            max_header_bytes=args.max_header_bytes,
+            request_timeout_s=args.request_timeout,
+            max_connections=args.max_connections or default_max_connections(),
+        )
+    except ValueError as exc:
+        print(f"llmsim: {exc}", file=sys.stderr)
+        return 2
     # vLLM: the flag wins over the environment variable.
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
     admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])
@@ -77,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             access=Access(api_keys, admin_keys),
             identity=Identity(args.pod_name, args.pod_namespace),
             max_request_bytes=args.max_request_bytes,
+            max_request_output_tokens=args.max_request_output_tokens,
+            fast_path=args.fast_path,
         )
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
@@ -85,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
-    from llmsim.api.http_protocol import stamping_protocol
     from llmsim.commands.draining_server import DrainingServer
 
     config = uvicorn.Config(
@@ -96,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
         # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
         # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
         # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
-        # release is at hand is parsed after its pass.
-        http=stamping_protocol(runtime.arrival_watch, runtime.state.release_gate),
+        # release is at hand is parsed after its pass. uvicorn's own with the fast path off.
+        http=http_setting(runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path, limits=limits),
         log_level=args.log_level,
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.

@@ -22,7 +22,7 @@ rest late only by what exceeds the lead (bench/README, live timing's fifth and s
 step's wake-up lag p50 at 20 req/s 0.17 ms without a lead; in a later, slower hour 0.09 ms with
 the 25th percentile and 0.05 ms with the median, whose spin costs ≈35–43 µs a step at 64 streams
 against ≈13 µs, under 1 % of the server's CPU per token). While it spins the loop reads nothing,
-so the spin calls ``spin`` (the request side's arrival poll, see api/arrival_watch.py).
+so the spin calls ``spin`` (the request side's arrival poll, see transport/arrival_watch.py).
 
 :func:`precise` returns one when the platform has timerfd and the clock is the real
 ``time.monotonic`` (a test's virtual-time clock is kept as it is).

@@ -248,7 +248,7 @@ class SchedulerEngine(Engine):
         # Shared with the request side: it holds its work back while a release is at hand.
         self._gate = gate
         # The request side's note of requests that came in while this loop held the event loop
-        # (their stamps would otherwise wait for the pass to end; see api/arrival_watch.py).
+        # (their stamps would otherwise wait for the pass to end; see transport/arrival_watch.py).
         self._poll_arrivals = poll_arrivals or _nothing
         self._observer: EngineObserver = observer or NullObserver()
         self._scheduler: Scheduler[_Stream] = Scheduler(params)

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 import uvicorn
 
-from llmsim.api.arrival_watch import ArrivalWatch
-from llmsim.api.http_protocol import stamping_protocol
 from llmsim.engine.release_gate import ReleaseGate
-from tests.api.test_arrival_watch import REQUEST, StampApp, read_response, send_and_read
+from llmsim.transport.arrival_watch import ArrivalWatch
+from llmsim.transport.http_protocol import stamping_protocol
+from tests.transport.test_arrival_watch import REQUEST, StampApp, read_response, send_and_read
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("select"), "epoll"), reason="epoll is Linux's")
 

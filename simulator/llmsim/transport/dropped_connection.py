@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from llmsim.api.sse_response import EventSource
+from llmsim.transport.sse_response import EventSource
 
 T = TypeVar("T")
 

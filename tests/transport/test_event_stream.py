@@ -20,10 +20,10 @@ from starlette.responses import StreamingResponse
 from llmsim.api.completion_bodies import ChunkTemplates
 from llmsim.api.completion_stream import CompletionStream
 from llmsim.api.routes import SSE_HEADERS
-from llmsim.api.sse_response import SSEResponse, _resume
 from llmsim.engine import MonotonicClock
 from llmsim.engine.errors import EngineStopped
 from llmsim.runtime import Runtime, build_runtime
+from llmsim.transport.sse_response import SSEResponse, _resume
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 from tests.api.asgi_driver import Exchange, call, respond
 

@@ -1,7 +1,7 @@
 """When a request's first bytes reached an idle connection while the event loop was busy.
 
 A request's arrival is stamped when uvicorn's protocol parses its first byte
-(:mod:`llmsim.api.http_protocol`), which is when the event loop reads the socket. While the loop
+(:mod:`llmsim.transport.http_protocol`), which is when the event loop reads the socket. While the loop
 runs the step loop's pass (every token of a step written, ≈25 µs a token on this project's VMs)
 and the next step's planning, nothing is read: a request whose bytes came in during that
 millisecond or so is stamped when it ends. With vLLM's async scheduling and a per-request
@@ -27,6 +27,10 @@ import time
 import weakref
 from contextlib import suppress
 
+#: The scope key of a request's arrival stamp (on the engines' clock: time.monotonic, as
+#: MonotonicClock's default), set by llmsim serve's protocol; LlmsimApp stamps the requests that
+#: come without one (another server, the fast path off, in-process tests).
+ARRIVAL_KEY = "llmsim.arrival"
 #: epoll's flags for one report per idle period (re-armed when the connection is idle again).
 _ONE_REPORT = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLONESHOT", 0)
 

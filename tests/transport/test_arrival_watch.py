@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from llmsim.api.arrival_watch import ArrivalWatch
-from llmsim.api.http_protocol import ARRIVAL_KEY, stamping_protocol
+from llmsim.transport.arrival_watch import ARRIVAL_KEY, ArrivalWatch
+from llmsim.transport.http_protocol import stamping_protocol
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("select"), "epoll"), reason="epoll is Linux's")
 

@@ -14,12 +14,11 @@ stamp is still the time they were read). Parsing runs in the loop's I/O callback
 task's ``give_way`` can hold it, and a burst of new requests (a closed loop's streams ending in
 one step) would otherwise hold the step loop's wake-up for their whole parse.
 
-The chunk writer (:data:`CHUNK_WRITER_KEY`): a streamed token goes out as one chunk of the
-response's chunked body. uvicorn's ``send`` does that after a coroutine, a message dict and a
-dozen checks per call; :class:`ChunkWriter` does only what ``send`` does for a body chunk of a
-started, chunked, unfinished response on a connection that is not paused: frame it and hand it to
-the transport. In any other state it refuses (returns False) and the caller goes through ``send``,
-which waits on a paused transport (backpressure) or ends the response.
+Each request's scope also gets a :class:`~llmsim.transport.chunk_writer.ChunkWriter` for its
+response's direct chunk writes. This module and :mod:`.connection_guard` (the connection limits,
+which it extends) are the only ones that import uvicorn's internals (``HttpToolsProtocol``, its
+``pipeline``, ``cycle`` and keep-alive timer): :mod:`.server` imports them lazily, and falls back
+to uvicorn's own protocol when that fails.
 """
 
 from __future__ import annotations
@@ -27,63 +26,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import weakref
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-
-from llmsim.api.arrival_watch import ArrivalWatch
 from llmsim.engine.release_gate import ReleaseGate
-
-#: The scope key LlmsimApp reads (on the engines' clock: time.monotonic, as MonotonicClock's default).
-ARRIVAL_KEY = "llmsim.arrival"
-#: The scope key of the request's :class:`ChunkWriter` (absent under another server).
-CHUNK_WRITER_KEY = "llmsim.chunk_writer"
-#: The cycle's state ChunkWriter reads: uvicorn internals, so a uvicorn without one of them gets no
-#: writer (every chunk through ``send``) rather than a wrong one.
-_CYCLE_STATE = ("flow", "disconnected", "response_started", "response_complete", "chunked_encoding", "transport")
+from llmsim.transport.arrival_watch import ARRIVAL_KEY, ArrivalWatch
+from llmsim.transport.chunk_writer import CHUNK_WRITER_KEY, ChunkWriter, writable
+from llmsim.transport.connection_guard import GuardedHttpToolsProtocol
+from llmsim.transport.limits import ConnectionLimits
 
 
-class ChunkWriter:
-    """One body chunk of the response of one request, written straight to its transport when ``send`` would do just that."""
-
-    __slots__ = ("_cycle",)
-
-    def __init__(self, cycle: RequestResponseCycle) -> None:
-        # Weak: the writer sits in the cycle's own scope, and a strong reference back would make
-        # every request a reference cycle (scope -> writer -> cycle -> scope), freed only by the
-        # garbage collector, in bulk, in a pause that delays a step's release.
-        self._cycle = weakref.ref(cycle)
-
-    def write(self, body: bytes) -> bool:
-        """Write ``body`` as the next chunk, or refuse (False) where ``send`` must decide."""
-        return self.write_framed(self.frame(body) if body else b"")
-
-    @staticmethod
-    def frame(body: bytes) -> bytes:
-        """``body`` as one chunk of a chunked body, as uvicorn's send frames it
-        (httptools_impl.RequestResponseCycle.send; RFC 9112 7.1); made ahead by a response that
-        prepares its chunks."""
-        return b"%x\r\n%b\r\n" % (len(body), body)
-
-    def write_framed(self, framed: bytes) -> bool:
-        """Write a chunk :meth:`frame` made (b"" writes nothing), or refuse (False) where ``send`` must decide."""
-        cycle = self._cycle()
-        if (
-            cycle is None
-            or cycle.flow.write_paused
-            or cycle.disconnected
-            or not cycle.response_started
-            or cycle.response_complete
-            or not cycle.chunked_encoding
-        ):
-            return False
-        if framed:
-            cycle.transport.write(framed)
-        return True
-
-
-class StampingHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` with the request's arrival stamp in its scope.
+class StampingHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """``HttpToolsProtocol`` (with the connection limits) and the request's arrival stamp in its scope.
 
     With an :class:`ArrivalWatch` (:func:`stamping_protocol`), a keep-alive connection is watched
     while it waits for its next request, and the stamp is the earlier of the parse and the time
@@ -101,7 +53,7 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         watch = self.arrival_watch
-        if watch is not None:
+        if watch is not None and not self._refused:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 self._fd = sock.fileno()
@@ -114,6 +66,8 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._kept is not None:
             # Reading is paused while bytes are kept; should the transport hand more over anyway,
             # they go after the kept ones, never ahead of them.
@@ -130,6 +84,9 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
                 self.transport.pause_reading()
                 return
         super().data_received(data)
+
+    def _waiting_for_bytes(self) -> bool:
+        return self._kept is None  # kept bytes wait for us (a release's pass), not for the client
 
     def _idle(self) -> bool:
         """Between requests: no response under way, nothing pipelined (a request now is a new one)."""
@@ -167,25 +124,16 @@ class StampingHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         # Not on an upgrade, which makes no cycle.
-        if cycle is not None and cycle.scope is self.scope and _writable(cycle):
+        if cycle is not None and cycle.scope is self.scope and writable(cycle):
             self.scope[CHUNK_WRITER_KEY] = ChunkWriter(cycle)  # type: ignore[literal-required]
 
 
-def stamping_protocol(watch: ArrivalWatch | None, gate: ReleaseGate | None = None) -> type[StampingHttpToolsProtocol]:
+def stamping_protocol(
+    watch: ArrivalWatch | None, gate: ReleaseGate | None = None, limits: ConnectionLimits | None = None
+) -> type[StampingHttpToolsProtocol]:
     """The protocol class for uvicorn's ``http`` setting, its stamps helped by ``watch``, its
-    parses of new requests deferred past ``gate``'s releases at hand."""
-    if watch is None and gate is None:
+    parses of new requests deferred past ``gate``'s releases at hand, enforcing ``limits``."""
+    if watch is None and gate is None and limits is None:
         return StampingHttpToolsProtocol
-    attributes = {"arrival_watch": watch, "release_gate": gate}
+    attributes = {"arrival_watch": watch, "release_gate": gate, "limits": limits or ConnectionLimits()}
     return type("WatchedHttpToolsProtocol", (StampingHttpToolsProtocol,), attributes)
-
-
-def _writable(cycle: RequestResponseCycle) -> bool:
-    """Whether this uvicorn's cycle has the state :class:`ChunkWriter` reads (checked on the first, once)."""
-    global _WRITABLE
-    if _WRITABLE is None:
-        _WRITABLE = all(hasattr(cycle, name) for name in _CYCLE_STATE) and hasattr(cycle.flow, "write_paused")
-    return _WRITABLE
-
-
-_WRITABLE: bool | None = None

@@ -30,8 +30,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from llmsim.api.http_protocol import CHUNK_WRITER_KEY, ChunkWriter
 from llmsim.engine.release_gate import ReleaseGate
+from llmsim.transport.chunk_writer import CHUNK_WRITER_KEY, ChunkWriter
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

@@ -14,7 +14,7 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from llmsim.api.http_protocol import ChunkWriter
+from llmsim.transport.chunk_writer import ChunkWriter
 
 
 class RecordingTransport(asyncio.Transport):
@@ -106,14 +106,14 @@ async def test_it_refuses_a_response_with_a_content_length() -> None:
 def test_a_uvicorn_whose_cycle_lacks_the_state_gets_no_writer(monkeypatch: Any) -> None:
     # The writer reads uvicorn internals: a cycle without one of them (another uvicorn) means every
     # chunk goes through send, never a writer guessing at the state.
-    from llmsim.api import http_protocol
+    from llmsim.transport import chunk_writer
 
     real, _ = cycle()
-    monkeypatch.setattr(http_protocol, "_WRITABLE", None)
-    assert http_protocol._writable(real) is True
-    monkeypatch.setattr(http_protocol, "_WRITABLE", None)
+    monkeypatch.setattr(chunk_writer, "_WRITABLE", None)
+    assert chunk_writer.writable(real) is True
+    monkeypatch.setattr(chunk_writer, "_WRITABLE", None)
     del real.chunked_encoding
-    assert http_protocol._writable(real) is False
+    assert chunk_writer.writable(real) is False
 
 
 async def test_the_writer_in_its_cycles_scope_makes_no_reference_cycle() -> None:
