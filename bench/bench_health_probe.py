@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.clients import stalled_stream  # noqa: E402
 from tests.support.server import running_server  # noqa: E402
 
 P99_GOAL_S = 0.050
@@ -61,26 +61,8 @@ async def probe(client: httpx.AsyncClient, seconds: float) -> list[float]:
     return out
 
 
-async def stalled_stream(port: int) -> asyncio.StreamWriter:
-    """One streamed request whose answer is never read (a small receive window)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    _, writer = await asyncio.open_connection(sock=sock)
-    body = json.dumps(
-        {"model": "instant-model", "prompt": "hi", "max_tokens": STALLED_MAX_TOKENS, "ignore_eos": True, "stream": True}
-    ).encode()
-    writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body)
-    )
-    await writer.drain()
-    return writer
-
-
 async def stalled_readers(port: int, client: httpx.AsyncClient, seconds: float) -> list[float]:
-    writers = [await stalled_stream(port) for _ in range(STALLED_STREAMS)]
+    writers = [await stalled_stream(port, STALLED_MAX_TOKENS) for _ in range(STALLED_STREAMS)]
     try:
         return await probe(client, seconds)
     finally:

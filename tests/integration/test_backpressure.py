@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.clients import stalled_stream
 from tests.support.server import TRANSPORTS, running_server
 
 pytestmark = pytest.mark.integration
@@ -34,30 +33,6 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def stalled_stream(port: int) -> asyncio.StreamWriter:
-    """Send one streamed request and never read the answer (small receive window)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    _, writer = await asyncio.open_connection(sock=sock)
-    body = json.dumps(
-        {
-            "model": "instant-model",
-            "prompt": "hi",
-            "max_tokens": MAX_TOKENS,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-    writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body)
-    )
-    await writer.drain()
-    return writer
-
-
 async def health_answers(client: httpx.AsyncClient, count: int) -> int:
     """``count`` sequential /health probes, 10 ms apart: how many answered 200."""
     ok = 0
@@ -74,7 +49,7 @@ def test_stalled_readers_do_not_stall_the_server_or_grow_its_memory(tmp_path: Pa
         async with httpx.AsyncClient(base_url=base_url, timeout=10) as probe:
             await probe.get("/health")
             before = rss_bytes(pid)
-            writers = [await stalled_stream(server_port) for _ in range(STREAMS)]
+            writers = [await stalled_stream(server_port, MAX_TOKENS) for _ in range(STREAMS)]
             answered = await health_answers(probe, PROBES)
             during = rss_bytes(pid)
             # A normal request still gets its whole answer while the 50 others are stalled.
