@@ -13,6 +13,17 @@ Three tiers, dependencies pointing down only:
   ``virtual`` (``simulate``: the same core stepped in a plain loop, far faster than real time).
 
 Pure and deterministic: no I/O, no randomness outside the seeded workload generator.
+
+Mirrored rules: four rules live in two places each, the copy kept because it sits in a loop run
+once per sequence per step. Each pair has a fast test in
+``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
+one side, and that test fails until the other follows.
+
+1. ``Scheduler._take``'s decode case, inlined in ``Scheduler._schedule_running``;
+2. ``Scheduler.update_from_output``'s release rule, repeated in ``Scheduler.releasing`` (what the
+   live driver prepares before a step's deadline);
+3. ``CostModel.step_duration``, repeated in ``DecodeRun.extend`` for decode steps;
+4. ``Scheduler._schedule_waiting``'s admission test, repeated in ``decode_run._admits_any``.
 """
 
 from llmsim.engine.scheduler.block_hash import hash_blocks

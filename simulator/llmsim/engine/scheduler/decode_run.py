@@ -158,7 +158,7 @@ def _known_tokens(seq: Sequence, block_size: int) -> int:
 def _admits_any(sched: Scheduler[S], budget: int) -> bool:
     """Whether ``Scheduler._schedule_waiting`` would admit someone now (its loop, without the changes).
 
-    NOTE: mirrors ``_schedule_waiting``'s admission test; keep the two in step.
+    NOTE: ``_schedule_waiting``'s admission test, repeated: a mirrored rule, see the package docstring.
     """
     waiting = sched.waiting
     running = sched.running
@@ -730,18 +730,9 @@ class DecodeRun(Generic[S]):
         assert self.done, "the run has steps left"
         k = self.num_steps
         times = self.ends[:k]
-        c0 = self._c0
-        o0 = self._o0
-        joined = self._from
-        # Once per sequence per run (as _bring, inlined): those whose last step is after the run's.
+        # Once per sequence per run: those whose last step is after the run's.
         for p in self._active:
-            if p in joined:
-                self._bring(p, k, k, times)
-                continue
-            seq = self.seqs[p]
-            seq.num_computed_tokens = c0[p] + k
-            seq.num_output_tokens = o0[p] + k
-            seq.token_times.extend(times)
+            self._bring(p, k, k, times)
         self.sched.kv.check()
 
     @property
