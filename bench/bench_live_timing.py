@@ -342,7 +342,8 @@ def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, ou
 
 def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
     from llmsim.config import load_models_config
-    from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals, simulate
+    from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals
+    from llmsim.fleet import simulate
     from llmsim.runtime import scheduler_params
 
     prompt, output = 512, 128

@@ -46,7 +46,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, WorkloadItem, poisson_workload, simulate
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, WorkloadItem, poisson_workload
 from llmsim.fleet import (
     FleetSpec,
     FleetWorkload,
@@ -56,6 +56,7 @@ from llmsim.fleet import (
     closed_loop,
     from_items,
     generate,
+    simulate,
     simulate_fleet,
 )
 

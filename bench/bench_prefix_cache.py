@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from tests.support.server import running_server  # noqa: E402
 
 from llmsim.config.loader import parse_models_config  # noqa: E402
-from llmsim.engine.scheduler import WorkloadItem, hash_blocks, percentile, simulate  # noqa: E402
+from llmsim.engine.scheduler import WorkloadItem, hash_blocks, percentile  # noqa: E402
+from llmsim.fleet import simulate  # noqa: E402
 from llmsim.llm import Generator, parse_responses  # noqa: E402
 from llmsim.llm.filler import CYCLE  # noqa: E402
 from llmsim.runtime import scheduler_params  # noqa: E402

@@ -9,8 +9,8 @@ import pytest
 from llmsim.benchmark import PromptShape, Shape, closed_loop, open_loop, predict
 from llmsim.benchmark.prediction import TURNAROUND_S, predict_fleet
 from llmsim.benchmark.workload import Chain, Role, Segment, Turn, TurnSource, Workload
-from llmsim.engine.scheduler import WorkloadItem, simulate
-from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec
+from llmsim.engine.scheduler import WorkloadItem
+from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec, simulate
 from tests.engine.scheduler.builders import roofline, seed_params
 
 

@@ -18,7 +18,8 @@ from llmsim.cli import main
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.calibrated_timing import TIMING_KNOBS as KNOBS
 from llmsim.config.loader import parse_models_config
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.engine.scheduler import WorkloadItem
+from llmsim.fleet import simulate
 from llmsim.runtime import scheduler_params
 
 

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
-from llmsim.fleet import FleetSpec, FleetWorkload
+from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
+from llmsim.fleet import FleetSpec, FleetWorkload, simulate
 from llmsim.fleet.simulation import FleetSimulation
 
 #: ("fleet", FleetSpec, FleetWorkload) or ("simulate", SchedulerParams, list[WorkloadItem]).

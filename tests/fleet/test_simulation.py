@@ -1,4 +1,4 @@
-"""The fleet event loop: one replica reproduces simulate(); routing, concurrency, follow-ups, aborts."""
+"""The fleet event loop: one replica whatever the router and prompt form; routing, concurrency, follow-ups, aborts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
 from llmsim.fleet import (
     FleetRequest,
     FleetSpec,
@@ -23,6 +23,7 @@ from llmsim.fleet import (
     from_items,
     generate,
     plan_fleet,
+    simulate,
     simulate_fleet,
 )
 from llmsim.types import FinishReason
@@ -37,8 +38,9 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
 
     A prompt is a shared "system" segment (one of three), a segment of its own, and sometimes the
     prompt and answer of an earlier request (the next turn of a conversation). The same requests go
-    to ``simulate()`` as token ids (with output ids for quoted answers) and to the fleet as
-    segments, or as those token ids through ``from_items``.
+    to ``simulate()`` as token ids (with output ids for quoted answers: blocks hashed with sha256,
+    as vLLM) and to a fleet as segments (the planner's block identities), or as those token ids
+    through ``from_items``.
     """
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     num_blocks = draw(st.integers(2, 24))
@@ -95,7 +97,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(["round-robin", "least-requests", "weighted"]), st.sampled_from([0.0, 0.05]))
-def test_a_one_replica_fleet_is_simulate_token_for_token(
+def test_one_replica_s_timeline_depends_on_neither_router_nor_how_prompts_are_identified(
     scenario: tuple[SchedulerParams, list[WorkloadItem], FleetWorkload], policy: str, scrape: float
 ) -> None:
     params, items, fleet_workload = scenario

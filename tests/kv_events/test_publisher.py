@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.engine.scheduler import WorkloadItem
+from llmsim.fleet import simulate
 from llmsim.kv_events import KVEventStream, ZmqPublisher
 from llmsim.kv_events.publisher import binds
 from llmsim.kv_events.wire import event_hash

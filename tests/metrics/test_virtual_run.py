@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, SimulationResult, WorkloadItem, simulate
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, SimulationResult, WorkloadItem
+from llmsim.fleet import simulate
 from llmsim.metrics import MetricsHub, ModelMetrics
 from llmsim.types import FinishReason, RequestId, RequestStats
 from tests.metrics.scrape import parse

@@ -32,7 +32,7 @@ from typing import Any
 
 from llmsim.config import ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
-from llmsim.engine.scheduler import SchedulerParams, SimulationSummary, WorkloadItem, poisson_workload, simulate
+from llmsim.engine.scheduler import SchedulerParams, SimulationSummary, WorkloadItem, poisson_workload
 from llmsim.errors import ConfigError
 from llmsim.fleet import (
     ARRIVAL_PATTERNS,
@@ -51,6 +51,7 @@ from llmsim.fleet import (
     load_trace,
     plan_fleet,
     replicas_for_slo,
+    simulate,
     sweep_rates,
 )
 from llmsim.fleet.report import (

@@ -38,13 +38,15 @@ class FleetRequest:
     follows: int | None = None
     # When the client goes away (absolute seconds); only for requests with an absolute arrival.
     abort_at: float | None = None
-    # LoRA adapter named by the request: carried to the results, not simulated in fleets (a
-    # replica runs every request on its base model).
+    # LoRA adapter the request names (one of its replica's adapters; None: the base model).
     adapter: str | None = None
-    # The text of the output tokens, when a later prompt quotes it (the next turn of a
-    # conversation): the blocks the answer fills are then cached under the same identities as
+    # The text of the output tokens (of the first ones, if shorter), when a later prompt quotes
+    # it (the next turn of a conversation): the blocks the answer fills are then cached under the same identities as
     # that prompt's, as vLLM caches output blocks. None: an answer nobody quotes.
     answer: Segment | None = None
+    # False: the prefix cache sees none of its blocks (a single-replica workload item given
+    # without token ids: it neither hits nor is hit, not even by itself after a preemption).
+    cacheable: bool = True
 
     @property
     def prompt_tokens(self) -> int:
@@ -71,8 +73,8 @@ class FleetWorkload:
                     raise ValueError(f"request {i}: follows must name an earlier request, got {r.follows}")
                 if r.abort_at is not None:
                     raise ValueError(f"request {i}: abort_at needs an absolute arrival (not follows)")
-            if r.answer is not None and r.answer.length != r.output_tokens:
-                raise ValueError(f"request {i}: the answer segment must be output_tokens long")
+            if r.answer is not None and r.answer.length > r.output_tokens:
+                raise ValueError(f"request {i}: the answer segment must be at most output_tokens long")
 
     def own_text_starts(self) -> list[int | None]:
         """Per request: the token where text no other request holds begins, in its prompt and then
@@ -108,18 +110,31 @@ def from_items(items: Sequence[WorkloadItem]) -> FleetWorkload:
     """The single-replica workload format as a fleet workload.
 
     Token ids, where an item gives them, become explicit segments (prompts that share leading
-    ids share cached blocks, as in ``simulate()``); an item's output ids become its answer.
+    ids share cached blocks); an item's output ids become its answer. An item without them is
+    not cacheable (the prefix cache cannot see its content).
     """
     requests = []
     for i, it in enumerate(items):
-        if it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.prompt_tokens:
+        cacheable = it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.prompt_tokens
+        if cacheable:
             prompt = Prompt((Segment(f"ids:{i}", it.prompt_tokens, it.prompt_token_ids),))
         else:
             prompt = Prompt.unique(f"request:{i}", it.prompt_tokens)
         answer = None
-        if it.output_token_ids is not None and len(it.output_token_ids) == it.output_tokens:
-            answer = Segment(f"answer-ids:{i}", it.output_tokens, it.output_token_ids)
-        requests.append(FleetRequest(prompt, it.output_tokens, it.arrival, None, it.abort_at, answer=answer))
+        if cacheable and it.output_token_ids is not None and len(it.output_token_ids) <= it.output_tokens:
+            answer = Segment(f"answer-ids:{i}", len(it.output_token_ids), it.output_token_ids)
+        requests.append(
+            FleetRequest(
+                prompt,
+                it.output_tokens,
+                it.arrival,
+                None,
+                it.abort_at,
+                it.lora_name,
+                answer=answer,
+                cacheable=cacheable,
+            )
+        )
     return FleetWorkload(tuple(requests))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import CostModel, WorkloadItem, simulate
+from llmsim.engine.scheduler import CostModel, WorkloadItem
+from llmsim.fleet import simulate
 
 from .builders import BANDWIDTH, FLOPS, KV_PER_TOKEN, PARAMS, WEIGHTS, roofline, seed_params
 

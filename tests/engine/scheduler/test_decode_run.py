@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import Scheduler, SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import Scheduler, SchedulerParams, WorkloadItem
 from llmsim.engine.scheduler.params import LoraParams
-from llmsim.engine.scheduler.virtual import SimulationResult
+from llmsim.engine.scheduler.simulation_result import SimulationResult
+from llmsim.fleet import simulate
 
 from .builders import roofline, seed_params, tiny_params
 
@@ -105,7 +106,7 @@ class _Counting(Scheduler[Any]):
 def test_a_steady_batch_is_jumped_over_not_stepped(monkeypatch: pytest.MonkeyPatch) -> None:
     # 64 requests at once, 512 + 256 tokens: 4 prefill steps (8,192-token budget), then 255
     # decode steps in which nothing but lengths changes, then everyone finishes together.
-    monkeypatch.setattr("llmsim.engine.scheduler.virtual.Scheduler", _Counting)
+    monkeypatch.setattr("llmsim.fleet.replica.Scheduler", _Counting)
     items = [WorkloadItem(0.0, 512, 256) for _ in range(64)]
     _Counting.decided = 0
     jumped = simulate(seed_params(), items)

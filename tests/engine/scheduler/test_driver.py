@@ -12,7 +12,8 @@ import pytest
 
 from llmsim.engine.clock import MonotonicClock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
-from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem
+from llmsim.fleet import simulate
 from llmsim.types import FinishReason, GenerationPlan, Pacing, RequestId, RequestStats, StepStats, TokenEvent
 from tests.engine.streams import run
 

@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.engine.scheduler import WorkloadItem
+from llmsim.fleet import simulate
 from llmsim.types import FinishReason
 
 from .builders import FLOPS, PARAMS, roofline, seed_params, sized_params

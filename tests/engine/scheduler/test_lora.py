@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.engine.scheduler import WorkloadItem
 from llmsim.engine.scheduler.params import LoraParams
+from llmsim.fleet import simulate
 
 from .builders import tiny_params
 

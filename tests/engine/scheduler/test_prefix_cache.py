@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import Scheduler, Sequence, WorkloadItem, simulate
+from llmsim.engine.scheduler import Scheduler, Sequence, WorkloadItem
 from llmsim.engine.scheduler.block_hash import hash_blocks
+from llmsim.fleet import simulate
 from llmsim.types import BlockRemoved, BlockStored, RequestId
 
 from .builders import roofline, seed_params, step, tiny_params

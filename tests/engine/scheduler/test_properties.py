@@ -9,8 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
 from llmsim.engine.scheduler.params import LoraParams
+from llmsim.fleet import simulate
 from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, FinishReason, StepStats
 
 from .builders import tiny_params

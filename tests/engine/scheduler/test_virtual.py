@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from llmsim.engine.scheduler import Percentiles, WorkloadItem, percentile, poisson_arrivals, poisson_workload, simulate
+from llmsim.engine.scheduler import Percentiles, WorkloadItem, percentile, poisson_arrivals, poisson_workload
+from llmsim.fleet import simulate
 from llmsim.types import FinishReason
 
 from .builders import tiny_params

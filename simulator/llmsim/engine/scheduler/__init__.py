@@ -4,13 +4,13 @@ Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload`` and
-  ``simulation_summary`` (virtual-time inputs and outputs);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload``,
+  ``simulation_summary`` and ``simulation_result`` (virtual-time inputs and outputs);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
-- time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock) and
-  ``virtual`` (``simulate``: the same core stepped in a plain loop, far faster than real time).
+- time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock). Virtual
+  time is the fleet's event loop (``llmsim.fleet``), for one replica as for many.
 
 Pure and deterministic: no I/O, no randomness outside the seeded workload generator.
 
@@ -41,8 +41,8 @@ from llmsim.engine.scheduler.params import (
 )
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.engine.scheduler.simulation_result import RequestResult, SimulationResult
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
-from llmsim.engine.scheduler.virtual import RequestResult, SimulationResult, simulate
 from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals, poisson_workload
 
 __all__ = [
@@ -70,5 +70,4 @@ __all__ = [
     "percentile",
     "poisson_arrivals",
     "poisson_workload",
-    "simulate",
 ]
