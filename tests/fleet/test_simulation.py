@@ -261,3 +261,10 @@ def test_without_prefix_caching_a_fleet_reports_no_hit_rate() -> None:
     plan = plan_fleet(fleet_of(seed_params(enable_prefix_caching=False), 1), generate(shape))
     assert [r.prefix_query_tokens for r in plan.result.requests] == [0, 0]
     assert math.isnan(plan.summary.prefix_hit_rate)
+
+
+def test_a_request_for_an_adapter_no_replica_serves_is_refused_before_the_run() -> None:
+    # vLLM answers 404 to an adapter it does not serve; a plan stops, naming the request.
+    requests = (FleetRequest(Prompt.unique("a", 16), 3), FleetRequest(Prompt.unique("b", 16), 3, adapter="sql-lora"))
+    with pytest.raises(ValueError, match=r"request 1: unknown LoRA adapter 'sql-lora' \(served: none\)"):
+        simulate_fleet(fleet_of(seed_params(), 2), FleetWorkload(requests))

@@ -157,6 +157,8 @@ class FleetResult:
             load_imbalance=max(routed) / mean_routed if mean_routed > 0 else math.nan,
             prefix_hit_rate=fleet.hit_rate(),
             replicas=tuple(replicas),
+            prefix_hit_tokens=fleet.hit_tokens,
+            prefix_query_tokens=fleet.query_tokens,
         )
 
 

@@ -64,6 +64,25 @@ def check_fits(fleet: FleetSpec, workload: FleetWorkload) -> None:
             )
 
 
+def served_adapters(fleet: FleetSpec) -> set[str]:
+    """The LoRA adapters every replica of ``fleet`` serves (those a request may name)."""
+    served: set[str] | None = None
+    for group in fleet.groups:
+        lora = group.params.lora
+        names = {name for name, _ in lora.adapters} if lora is not None else set()
+        served = names if served is None else served & names
+    return served or set()
+
+
+def check_adapters(fleet: FleetSpec, workload: FleetWorkload) -> None:
+    """Refuse a request naming a LoRA adapter some replica does not serve (vLLM answers 404 to it)."""
+    served = served_adapters(fleet)
+    for i, r in enumerate(workload.requests):
+        if r.adapter is not None and r.adapter not in served:
+            names = ", ".join(sorted(served)) or "none"
+            raise ValueError(f"request {i}: unknown LoRA adapter '{r.adapter}' (served: {names})")
+
+
 class FleetSimulation:
     """One run of a workload through a fleet; build it, call :meth:`run` once."""
 
@@ -78,6 +97,7 @@ class FleetSimulation:
         audit: bool = False,
     ) -> None:
         check_fits(fleet, workload)
+        check_adapters(fleet, workload)
         self.fleet = fleet
         self.workload = workload
         self.keep_token_times = keep_token_times
