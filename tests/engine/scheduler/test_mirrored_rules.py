@@ -239,3 +239,32 @@ def test_decode_runs_price_steps_as_the_cost_model(scenario: tuple[SchedulerPara
         for j in range(run.num_steps):
             size = run.batch[j]
             assert run.durations[j] == cost.step_duration(size, run.context[j], size)
+
+
+@SETTINGS
+@given(scenarios(), st.integers(1, 64))
+def test_a_finished_run_brings_its_sequences_up_to_date_as_bring_does(
+    scenario: tuple[SchedulerParams, list[Arrival], int], steps: int
+) -> None:
+    """``DecodeRun._bring`` and its copy in ``DecodeRun.finish``."""
+    params, arrivals, num_steps = scenario
+    for sched in states(params, arrivals, num_steps + 20):
+        state = copy.deepcopy(sched)
+        run = DecodeRun.plan(state, 0.0, -1.0)
+        if run is None:
+            continue
+        run.extend(steps)
+        run.advance(run.num_steps, run.num_steps)
+        run._plan = None  # the run ends here
+        inlined, brought = copy.deepcopy(run), copy.deepcopy(run)
+        inlined.finish()
+        k = brought.num_steps
+        for p in brought._active:
+            brought._bring(p, k, k, brought.ends[:k])
+        for a, b in zip(inlined.seqs, brought.seqs, strict=True):
+            assert (a.num_computed_tokens, a.num_output_tokens, a.token_times, a.first_token_time) == (
+                b.num_computed_tokens,
+                b.num_output_tokens,
+                b.token_times,
+                b.first_token_time,
+            )
