@@ -46,16 +46,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, WorkloadItem, poisson_workload
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams
 from llmsim.fleet import (
+    FleetRequest,
     FleetSpec,
     FleetWorkload,
     ReplicaGroup,
     RouterSpec,
     WorkloadShape,
     closed_loop,
-    from_items,
     generate,
+    poisson_workload,
     simulate,
     simulate_fleet,
 )
@@ -144,7 +145,7 @@ def main() -> int:
     items = poisson_workload(args.rate, args.duration * scale, PROMPT, OUTPUT, args.seed)
     share = poisson_workload(args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, args.seed)
 
-    def single(workload: list[WorkloadItem], fast_forward: bool) -> Outcome:
+    def single(workload: list[FleetRequest], fast_forward: bool) -> Outcome:
         result = simulate(params, workload, fast_forward=fast_forward)
         s = result.summary()
         steps = sum(step.batch_size for step in result.steps)
@@ -163,7 +164,7 @@ def main() -> int:
         16 * args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, seed=args.seed
     )
     closed = int(args.closed_requests * scale)
-    as_fleet = from_items(items)
+    as_fleet = FleetWorkload(tuple(items))
     closed_short = closed_loop(64, closed, PROMPT, OUTPUT)
     closed_long = closed_loop(64, closed // 4, PROMPT, LONG_OUTPUT)
     fleet_workload = generate(fleet_shape)

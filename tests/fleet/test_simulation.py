@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
+from llmsim.engine.scheduler import SchedulerParams
 from llmsim.fleet import (
     FleetRequest,
     FleetSpec,
@@ -20,7 +20,6 @@ from llmsim.fleet import (
     Segment,
     WorkloadShape,
     closed_loop,
-    from_items,
     generate,
     plan_fleet,
     simulate,
@@ -33,14 +32,14 @@ from .builders import fleet_of, request, workload
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], FleetWorkload]:
+def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[FleetRequest], FleetWorkload]:
     """Small configs (prefix caching and async scheduling on or off) and prompts that share prefixes.
 
     A prompt is a shared "system" segment (one of three), a segment of its own, and sometimes the
     prompt and answer of an earlier request (the next turn of a conversation). The same requests go
     to ``simulate()`` as token ids (with output ids for quoted answers: blocks hashed with sha256,
     as vLLM) and to a fleet as segments (the planner's block identities), or as those token ids
-    through ``from_items``.
+    through ``FleetRequest.of``.
     """
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     num_blocks = draw(st.integers(2, 24))
@@ -58,7 +57,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
         request_overhead_s=draw(st.sampled_from([0.0, 0.0037])),
     )
     system = [draw(st.integers(0, context)) for _ in range(3)]
-    items: list[WorkloadItem] = []
+    items: list[FleetRequest] = []
     requests: list[FleetRequest] = []
     for i in range(draw(st.integers(0, 14))):
         segments: list[Segment] = []
@@ -82,7 +81,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
         abort_at = draw(st.none() | st.integers(0, 800).map(lambda ms: ms / 1000))
         requests.append(FleetRequest(prompt, output, arrival, None, abort_at, answer=answer))
         items.append(
-            WorkloadItem(
+            FleetRequest.of(
                 arrival,
                 prompt.num_tokens,
                 output,
@@ -92,13 +91,13 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem], Fle
             )
         )
     as_ids = draw(st.booleans())
-    return params, items, from_items(items) if as_ids else FleetWorkload(tuple(requests))
+    return params, items, FleetWorkload(tuple(items)) if as_ids else FleetWorkload(tuple(requests))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(["round-robin", "least-requests", "weighted"]), st.sampled_from([0.0, 0.05]))
 def test_one_replica_s_timeline_depends_on_neither_router_nor_how_prompts_are_identified(
-    scenario: tuple[SchedulerParams, list[WorkloadItem], FleetWorkload], policy: str, scrape: float
+    scenario: tuple[SchedulerParams, list[FleetRequest], FleetWorkload], policy: str, scrape: float
 ) -> None:
     params, items, fleet_workload = scenario
     expected = simulate(params, items)

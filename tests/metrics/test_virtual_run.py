@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, SimulationResult, WorkloadItem
-from llmsim.fleet import simulate
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, SimulationResult
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.metrics import MetricsHub, ModelMetrics
 from llmsim.types import FinishReason, RequestId, RequestStats
 from tests.metrics.scrape import parse
@@ -49,7 +49,7 @@ def feed(result: SimulationResult, m: ModelMetrics) -> None:
 
 
 def test_counters_after_a_preempting_run() -> None:
-    result = simulate(PARAMS, [WorkloadItem(0.0, PROMPT, OUTPUT) for _ in range(N)])
+    result = simulate(PARAMS, [FleetRequest.of(0.0, PROMPT, OUTPUT) for _ in range(N)])
     hub = MetricsHub()
     feed(result, hub.add_model("tiny", max_model_len=PARAMS.context_length))
     p = parse(hub.render().decode())

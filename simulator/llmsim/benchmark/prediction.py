@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llmsim.benchmark.prompts import segment_ids
 from llmsim.benchmark.records import Outcome, RequestRecord
 from llmsim.benchmark.workload import Turn, Workload
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
+from llmsim.engine.scheduler import SchedulerParams
 
 # The fleet's pure core only (its package also holds the file readers, which need the config).
 from llmsim.fleet.planner import plan_fleet
@@ -119,7 +119,7 @@ def predict(params: SchedulerParams, workload: Workload, *, turnaround: float = 
 
     def one_replica(placed: list[_Placed]) -> tuple[list[_Simulated], int, int]:
         items = [
-            WorkloadItem(at, turn.prompt_tokens, turn.output_tokens, _abort_at(turn, at), prompt_ids(turn))
+            FleetRequest.of(at, turn.prompt_tokens, turn.output_tokens, _abort_at(turn, at), prompt_ids(turn))
             for _, _, turn, at in placed
         ]
         result = simulate(params, items)

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from llmsim.config import load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, poisson_arrivals
+from llmsim.engine.scheduler import SchedulerParams
 from llmsim.errors import ConfigError
-from llmsim.fleet import FleetSpec, load_fleet, load_trace
+from llmsim.fleet import FleetSpec, load_fleet, load_trace, poisson_arrivals
 from llmsim.runtime import scheduler_params
 
 # NOTE: the benchmark package (aiohttp, the client) is imported inside the functions that run it:
@@ -166,11 +166,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, float | None, Workloa
     from llmsim.benchmark.workload import Shape, closed_loop, conversations, open_loop, trace
 
     if args.workload is not None:
-        items = [
-            WorkloadItem(r.arrival, r.prompt_tokens, r.output_tokens, r.abort_at)
-            for r in load_trace(args.workload).requests
-        ]
-        return [("trace", None, trace(items, warmup=args.warmup))]
+        return [("trace", None, trace(load_trace(args.workload).requests, warmup=args.warmup))]
     prompts = _prompts(args)
     if args.rate is not None or args.rates is not None:
         points: list[tuple[str, float | None, Workload]] = []

@@ -37,8 +37,9 @@ from llmsim.fleet.workload import (
     FleetWorkload,
     WorkloadShape,
     closed_loop,
-    from_items,
     generate,
+    poisson_arrivals,
+    poisson_workload,
 )
 
 __all__ = [
@@ -75,13 +76,14 @@ __all__ = [
     "closed_loop",
     "compare_routers",
     "counted_percentiles",
-    "from_items",
     "generate",
     "load_fleet",
     "load_trace",
     "parse_fleet",
     "parse_trace",
     "plan_fleet",
+    "poisson_arrivals",
+    "poisson_workload",
     "replicas_for_slo",
     "simulate",
     "simulate_fleet",

@@ -1,10 +1,10 @@
 """One replica of a fleet: a :class:`Scheduler` stepped by the fleet's event loop, and what a gateway
 last scraped of it.
 
-The replica follows ``simulate()``'s rules exactly (a request joins the first step starting at or
-after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
-so a one-replica fleet reproduces ``simulate()`` token for token. Like ``simulate()`` it jumps
-over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
+The replica follows the live driver's rules exactly (a request joins the first step starting at
+or after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
+so a one-replica fleet (``simulate()``) gives the live engine's timeline token for token
+(``tests/engine/scheduler/test_driver.py``). It jumps over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
 then hears from it only when a request finishes or the run ends, and a request routed to it, or
 a client leaving it, cuts the run short where the stepping loop would have seen them.
 
@@ -427,7 +427,7 @@ class Replica(ReplicaView):
         self._paused = None
         later = math.inf
         if self.inbox:
-            # As the live engine and simulate(): with async scheduling a request that arrived
+            # As the live engine: with async scheduling a request that arrived
             # during a busy step joins one step later.
             cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
             waiting: list[Sequence] = []
@@ -537,7 +537,7 @@ class Replica(ReplicaView):
             self._paused.finish()
             self._paused = None
         if seq.status is SequenceStatus.WAITING and seq in self.inbox:
-            # Still in the inbox: it never reaches the scheduler (as in simulate()).
+            # Still in the inbox: it never reaches the scheduler (as in the live engine).
             self.inbox.remove(seq)
             seq.status = SequenceStatus.ABORTED
             seq.finished_time = now

@@ -34,14 +34,13 @@ from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_result import RequestResult, SimulationResult
-from llmsim.engine.scheduler.workload import WorkloadItem
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
 from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.router import build_router
 from llmsim.fleet.spec import FleetSpec, ReplicaGroup, RouterSpec
-from llmsim.fleet.workload import FleetWorkload, from_items
+from llmsim.fleet.workload import FleetRequest, FleetWorkload
 from llmsim.types import FinishReason, StepStats
 
 _INF = math.inf
@@ -493,7 +492,7 @@ class _Steps:
 
 def simulate(
     params: SchedulerParams,
-    workload: Iterable[WorkloadItem],
+    workload: Iterable[FleetRequest],
     *,
     audit: bool = False,
     observer: EngineObserver | None = None,
@@ -506,8 +505,9 @@ def simulate(
     params:
         The engine's numbers, as the server would use them.
     workload:
-        Requests in any order; ties in arrival keep workload order. ``abort_at`` earlier than
-        the arrival counts as an abort at arrival. Items with token ids share cached prefixes.
+        Requests (sent at their arrival) in any order; ties in arrival keep workload order.
+        ``abort_at`` earlier than the arrival counts as an abort at arrival. Requests with token
+        ids share cached prefixes (see ``FleetRequest.of``).
     audit:
         Check after every step that reference counts, the free queue and the prefix cache agree
         exactly with the running sequences (O(blocks) per step: for tests).
@@ -523,7 +523,7 @@ def simulate(
     with collector_paused():
         simulation = FleetSimulation(
             fleet,
-            from_items(list(workload)),
+            FleetWorkload(tuple(workload)),
             keep_token_times=True,
             fast_forward=fast_forward,
             observer=steps,

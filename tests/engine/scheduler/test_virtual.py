@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from llmsim.engine.scheduler import Percentiles, WorkloadItem, percentile, poisson_arrivals, poisson_workload
-from llmsim.fleet import simulate
+from llmsim.engine.scheduler import Percentiles, percentile
+from llmsim.fleet import FleetRequest, poisson_arrivals, poisson_workload, simulate
 from llmsim.types import FinishReason
 
 from .builders import tiny_params
@@ -23,7 +23,7 @@ def d(context: int) -> float:
 
 def test_an_idle_gpu_restarts_at_the_next_arrival() -> None:
     # a: prompt 4, 2 outputs at 0; b: same at 5 s, long after a ended. b's first step starts at 5.
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 2), WorkloadItem(5.0, 4, 2)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(5.0, 4, 2)])
     a, b = result.requests
     assert a.token_times == pytest.approx([d(4), d(4) + d(5)], rel=1e-12)
     assert b.token_times == pytest.approx([5.0 + d(4), 5.0 + d(4) + d(5)], rel=1e-12)
@@ -34,7 +34,7 @@ def test_an_idle_gpu_restarts_at_the_next_arrival() -> None:
 
 def test_a_request_arriving_mid_step_joins_the_next_step() -> None:
     # a's prefill runs [0, d(4)); b arrives at 0.005 and is first scheduled at d(4).
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     b = result.requests[1]
     assert b.queue_time == pytest.approx(d(4) - 0.005, rel=1e-12)
     # Step 1 computes a's token 5 and b's 4-token prompt: context 5 + 4.
@@ -48,7 +48,7 @@ def test_with_async_scheduling_a_request_arriving_mid_step_joins_one_step_later(
     #   step 0 [0, d4):            a's prefill (4 tokens)
     #   step 1 [d4, d4 + d5):      a's token 5 (context 5)
     #   step 2 [.., .. + d(6+4)):  a's token 6 and b's prompt (context 6 + 4)
-    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(tiny_params(8, async_scheduling=True), [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     a, b = result.requests
     assert b.queue_time == pytest.approx(d(4) + d(5) - 0.005, rel=1e-12)
     assert b.token_times == pytest.approx([d(4) + d(5) + d(10)], rel=1e-12)
@@ -58,7 +58,7 @@ def test_with_async_scheduling_a_request_arriving_mid_step_joins_one_step_later(
 def test_with_async_scheduling_an_idle_engine_still_starts_at_the_arrival() -> None:
     # Nothing running: no lookahead batch was scheduled, so the arrival is taken at once; the
     # second request arrives during b's own prefill and, b still running, waits a step more.
-    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(1.0, 4, 2), WorkloadItem(1.001, 4, 1)])
+    result = simulate(tiny_params(8, async_scheduling=True), [FleetRequest.of(1.0, 4, 2), FleetRequest.of(1.001, 4, 1)])
     first, second = result.requests
     assert first.queue_time == 0.0
     assert first.ttft == pytest.approx(d(4), rel=1e-12)
@@ -70,7 +70,7 @@ def test_a_request_reaches_the_scheduler_a_request_overhead_after_its_arrival() 
     # b arrives at 0.005, reaches the scheduler at 0.009, in the middle of a's prefill
     # [0.004, 0.004 + d4), and joins the step after it. TTFT and queue time count from the arrival.
     params = tiny_params(8, request_overhead_s=0.004)
-    result = simulate(params, [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(params, [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     a, b = result.requests
     assert result.steps[0].start == 0.004
     assert a.ttft == pytest.approx(0.004 + d(4), rel=1e-12)
@@ -84,7 +84,7 @@ def test_a_request_reaches_the_scheduler_a_request_overhead_after_its_arrival() 
 
 def test_ties_in_arrival_keep_workload_order() -> None:
     params = tiny_params(8, max_num_sequences=1)
-    result = simulate(params, [WorkloadItem(1.0, 4, 1), WorkloadItem(0.0, 4, 1), WorkloadItem(1.0, 4, 1)])
+    result = simulate(params, [FleetRequest.of(1.0, 4, 1), FleetRequest.of(0.0, 4, 1), FleetRequest.of(1.0, 4, 1)])
     starts = [r.arrival + r.queue_time for r in result.requests]
     assert starts[1] < starts[0] < starts[2]
 
@@ -95,9 +95,9 @@ def test_aborts_mid_step_before_arrival_and_after_the_end() -> None:
     # c: leaves long after it finished -> nothing changes.
     leave_a = d(4) + d(5) + 0.5 * d(6)
     workload = [
-        WorkloadItem(0.0, 4, 5, abort_at=leave_a),
-        WorkloadItem(1.0, 4, 5, abort_at=0.5),
-        WorkloadItem(2.0, 4, 1, abort_at=99.0),
+        FleetRequest.of(0.0, 4, 5, abort_at=leave_a),
+        FleetRequest.of(1.0, 4, 5, abort_at=0.5),
+        FleetRequest.of(2.0, 4, 1, abort_at=99.0),
     ]
     result = simulate(tiny_params(8), workload, audit=True)
     a, b, c = result.requests
@@ -147,7 +147,7 @@ def test_percentiles_interpolate_linearly() -> None:
 
 def test_summary_totals() -> None:
     # Two requests in one batch: prompt 4 + 4, then one decode step for both.
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 2), WorkloadItem(0.0, 4, 2)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(0.0, 4, 2)])
     s = result.summary()
     assert s.num_steps == 2
     assert s.mean_batch_size == 2.0

@@ -4,15 +4,15 @@ Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload``,
-  ``simulation_summary`` and ``simulation_result`` (virtual-time inputs and outputs);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``simulation_summary``
+  and ``simulation_result`` (virtual-time outputs);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
 - time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock). Virtual
   time is the fleet's event loop (``llmsim.fleet``), for one replica as for many.
 
-Pure and deterministic: no I/O, no randomness outside the seeded workload generator.
+Pure and deterministic: no I/O, no randomness.
 
 Mirrored rules: five rules live in two places each, the copy kept because it sits in a loop run
 once per sequence per step. Each pair has a fast test in
@@ -45,7 +45,6 @@ from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepRe
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.engine.scheduler.simulation_result import RequestResult, SimulationResult
 from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
-from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals, poisson_workload
 
 __all__ = [
     "CostModel",
@@ -64,12 +63,9 @@ __all__ = [
     "SimulationResult",
     "SimulationSummary",
     "StepResult",
-    "WorkloadItem",
     "check_context_fits",
     "default_limits",
     "hash_blocks",
     "num_kv_blocks",
     "percentile",
-    "poisson_arrivals",
-    "poisson_workload",
 ]

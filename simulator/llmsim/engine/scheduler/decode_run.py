@@ -706,7 +706,7 @@ class DecodeRun(Generic[S]):
 
     def step_stats(self, j: int) -> StepStats:
         """Step ``j``'s record, as :meth:`Scheduler.step_stats` makes it, once its end is applied (a
-        decode step: ``simulate()``, which reads these, never has a run absorb)."""
+        decode step: a replica whose steps are watched never has a run absorb)."""
         sched = self.sched
         kv = sched.kv
         batch = self.batch[j]
