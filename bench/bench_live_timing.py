@@ -352,8 +352,8 @@ def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
     )
     predicted = {
         "ttft": statistics.median(r.ttft for r in sim.requests if r.ttft is not None),
-        "itl": statistics.median(sim.itls()),
-        "e2e": statistics.median(sim.e2es()),
+        "itl": statistics.median([gap for r in sim.requests for gap in r.itl]),
+        "e2e": statistics.median([r.e2e for r in sim.requests if r.finish_reason != "abort"]),
     }
     roots = {"llmsim": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     result: dict[str, Any] = {

@@ -149,7 +149,7 @@ def main() -> int:
         result = simulate(params, workload, fast_forward=fast_forward)
         s = result.summary()
         steps = sum(step.batch_size for step in result.steps)
-        return s.duration, s.num_requests, s.num_steps, steps, [r.token_times for r in result.requests]
+        return s.duration, s.num_requests, s.replicas[0].num_steps, steps, [r.token_times for r in result.requests]
 
     def fleet_run(fleet: FleetSpec, workload: FleetWorkload, fast_forward: bool) -> Outcome:
         result = simulate_fleet(fleet, workload, fast_forward=fast_forward)

@@ -178,11 +178,11 @@ def predicted(turns: list[Turn], caching: bool) -> dict[str, Any]:
     params = scheduler_params(parse_models_config(config(caching), "bench"), MODEL)
     result = simulate(params, [t.item for t in turns])
     s = result.summary()
-    ttfts = sorted(result.ttfts())
+    ttfts = sorted(r.ttft for r in result.requests if r.ttft is not None)
     return {
         "prompt_tokens": sum(t.item.prompt_tokens for t in turns),
-        "prefix_cache_queries": s.prefix_cache_queries,
-        "prefix_cache_hits": s.prefix_cache_hits,
+        "prefix_cache_queries": s.prefix_query_tokens,
+        "prefix_cache_hits": s.prefix_hit_tokens,
         "ttft_p50_ms": percentile(ttfts, 50) * 1e3,
         "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
         "output_tokens_per_s": s.output_tokens_per_s,

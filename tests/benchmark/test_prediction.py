@@ -19,7 +19,7 @@ def test_an_open_loop_is_one_simulation_of_the_same_requests() -> None:
     direct = simulate(seed_params(), [FleetRequest.of(t, 512, 20) for t in arrivals])
     assert prediction.passes == 1
     assert [r.scheduled for r in prediction.records] == arrivals
-    assert [r.token_times for r in prediction.records] == [r.token_times for r in direct.requests]
+    assert [r.token_times for r in prediction.records] == [list(r.token_times) for r in direct.requests]
     assert [r.end - r.scheduled for r in prediction.records] == [r.e2e for r in direct.requests]
 
 

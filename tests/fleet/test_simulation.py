@@ -111,16 +111,16 @@ def test_one_replica_s_timeline_depends_on_neither_router_nor_how_prompts_are_id
             want.num_preemptions,
         )
         assert (got.ttft, got.e2e, got.queue_time) == (want.ttft, want.e2e, want.queue_time)
-        assert got.prefix_hit_tokens == want.num_cached_tokens
+        assert got.prefix_hit_tokens == want.prefix_hit_tokens
     want_summary = expected.summary()
     got_summary = result.summary()
-    assert got_summary.latencies.itl == want_summary.itl
-    assert got_summary.latencies.ttft == want_summary.ttft
+    assert got_summary.latencies.itl == want_summary.latencies.itl
+    assert got_summary.latencies.ttft == want_summary.latencies.ttft
     assert got_summary.num_preemptions == want_summary.num_preemptions
-    assert sum(r.prefix_query_tokens for r in result.requests) == want_summary.prefix_cache_queries
-    assert sum(r.prefix_hit_tokens for r in result.requests) == want_summary.prefix_cache_hits
-    assert result.replicas[0].num_steps == want_summary.num_steps
-    assert result.replicas[0].kv_peak_used_blocks == want_summary.kv_peak_used_blocks
+    assert sum(r.prefix_query_tokens for r in result.requests) == want_summary.prefix_query_tokens
+    assert sum(r.prefix_hit_tokens for r in result.requests) == want_summary.prefix_hit_tokens
+    assert result.replicas[0].num_steps == want_summary.replicas[0].num_steps
+    assert result.replicas[0].kv_peak_used_blocks == want_summary.replicas[0].kv_peak_used_blocks
 
 
 def test_one_request_alone_times_like_the_roofline() -> None:

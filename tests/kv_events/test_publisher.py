@@ -94,7 +94,7 @@ def test_a_subscriber_rebuilds_the_cache_from_the_events(context: zmq.Context[zm
     assert sequence, "the workload produced no events"
     assert kinds["BlockStored"] > 0
     assert kinds["BlockRemoved"] > 0, "the cache was never under pressure"
-    assert result.summary().prefix_cache_hits > 0
+    assert result.summary().prefix_hit_tokens > 0
     # simulate() hashes token ids: every identity is a sha256 digest.
     expected = Counter({event_hash(h): n for h, n in result.cached_blocks.items() if isinstance(h, bytes)})
     assert sum(expected.values()) == sum(result.cached_blocks.values())

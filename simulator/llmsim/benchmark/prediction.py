@@ -123,14 +123,13 @@ def predict(params: SchedulerParams, workload: Workload, *, turnaround: float = 
             for _, _, turn, at in placed
         ]
         result = simulate(params, items)
-        summary = result.summary()
         simulated = [
             _Simulated(
-                list(r.token_times), r.e2e, r.output_tokens, r.finish_reason is FinishReason.ABORT, r.num_cached_tokens
+                list(r.token_times), r.e2e, r.output_tokens, r.finish_reason is FinishReason.ABORT, r.prefix_hit_tokens
             )
             for r in result.requests
         ]
-        return simulated, summary.num_preemptions, summary.num_steps
+        return simulated, result.replicas[0].num_preemptions, result.replicas[0].num_steps
 
     return _settle(workload, turnaround, one_replica)
 

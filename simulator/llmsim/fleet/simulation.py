@@ -33,7 +33,6 @@ from contextlib import contextmanager
 from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.simulation_result import RequestResult, SimulationResult
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
 from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.fleet.prompt import BlockHasher
@@ -497,8 +496,9 @@ def simulate(
     audit: bool = False,
     observer: EngineObserver | None = None,
     fast_forward: bool = True,
-) -> SimulationResult:
-    """Run ``workload`` through one replica in virtual time: a fleet of one, every step recorded.
+) -> FleetResult:
+    """Run ``workload`` through one replica in virtual time: a fleet of one, every step and every
+    token time recorded (``FleetResult.steps``, ``RequestOutcome.token_times``).
 
     Parameters
     ----------
@@ -530,28 +530,6 @@ def simulate(
             audit=audit,
         )
         result = simulation.run()
-    replica = result.replicas[0]
-    kv = simulation.replicas[0].scheduler.kv
-    return SimulationResult(
-        [
-            RequestResult(
-                index=o.index,
-                arrival=o.arrival,
-                prompt_tokens=o.prompt_tokens,
-                output_tokens=o.output_tokens,
-                finish_reason=o.finish_reason,
-                ttft=o.ttft,
-                e2e=o.e2e,
-                queue_time=o.queue_time,
-                num_preemptions=o.num_preemptions,
-                token_times=list(o.token_times),
-                rejected=o.rejected,
-                num_cached_tokens=o.prefix_hit_tokens,
-            )
-            for o in result.requests
-        ],
-        steps.steps,
-        replica.kv_total_blocks,
-        replica.kv_peak_used_blocks,
-        kv.cached_hashes(),
-    )
+    result.steps = steps.steps
+    result.cached_blocks = simulation.replicas[0].scheduler.kv.cached_hashes()
+    return result

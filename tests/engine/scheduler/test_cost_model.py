@@ -57,4 +57,4 @@ def test_29_requests_at_4k_context_share_an_itl_of_about_25_ms() -> None:
     expected = [roofline(29, 29 * (4000 + j)) for j in range(1, 96)]
     for r in result.requests:
         assert r.itl == pytest.approx(expected, rel=1e-9)
-    assert result.summary().itl.p50 == pytest.approx(0.025, rel=0.02)
+    assert result.summary().latencies.itl.p50 == pytest.approx(0.025, rel=0.02)

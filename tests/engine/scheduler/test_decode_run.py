@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from llmsim.engine.scheduler import Scheduler, SchedulerParams
 from llmsim.engine.scheduler.params import LoraParams
-from llmsim.engine.scheduler.simulation_result import SimulationResult
-from llmsim.fleet import FleetRequest, simulate
+from llmsim.fleet import FleetRequest, FleetResult, simulate
 
 from .builders import roofline, seed_params, tiny_params
 
@@ -63,14 +62,14 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[FleetRequest]]:
     return params, items
 
 
-def timeline(result: SimulationResult) -> Any:
+def timeline(result: FleetResult) -> Any:
     return (
         [
-            (r.token_times, r.finish_reason, r.ttft, r.e2e, r.queue_time, r.num_preemptions, r.num_cached_tokens)
+            (r.token_times, r.finish_reason, r.ttft, r.e2e, r.queue_time, r.num_preemptions, r.prefix_hit_tokens)
             for r in result.requests
         ],
         result.steps,
-        result.kv_peak_used_blocks,
+        result.replicas[0].kv_peak_used_blocks,
         result.cached_blocks,
     )
 
@@ -130,11 +129,11 @@ def test_a_run_s_step_times_are_the_roofline_of_a_shrinking_batch() -> None:
         t += roofline(2, ctx)
         expected.append(t)
     short, long = result.requests
-    assert short.token_times == expected
+    assert list(short.token_times) == expected
     for ctx in (19, 20):
         t += roofline(1, ctx)
         expected.append(t)
-    assert long.token_times == expected
+    assert list(long.token_times) == expected
     assert [s.batch_size for s in result.steps] == [2, 2, 2, 1, 1]
 
 
@@ -148,4 +147,4 @@ def test_a_run_caches_the_output_block_its_first_step_fills(fast_forward: bool) 
     b = FleetRequest.of(1.0, 7, 2, prompt_token_ids=(1, 2, 3, 4, 5, 6, 7))
     result = simulate(params, [a, b], fast_forward=fast_forward)
     assert result.requests[0].e2e < 1.0
-    assert result.requests[1].num_cached_tokens == 4
+    assert result.requests[1].prefix_hit_tokens == 4

@@ -119,7 +119,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(
 
     got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
     expected = simulate(params, workload)
-    assert [r.num_cached_tokens for r in expected.requests] == [0, 0, 0, 0, 288, 688]
+    assert [r.prefix_hit_tokens for r in expected.requests] == [0, 0, 0, 0, 288, 688]
     for times, r in zip(got, expected.requests, strict=True):
         assert times == pytest.approx(r.token_times, rel=1e-12)
     assert [s.start for s in rec.steps] == pytest.approx([s.start for s in expected.steps], rel=1e-12)

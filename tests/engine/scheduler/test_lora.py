@@ -63,7 +63,7 @@ def test_an_adapter_is_part_of_the_block_hash_so_prefixes_are_not_shared_across_
     # 64 blocks: room for all three copies (48 blocks), so nothing is evicted.
     result = simulate(tiny_params(64, lora=lora_params(max_loras=2)), work, audit=True)
     # Only the second sql request finds its adapter's blocks: 63 // 4 = 15 blocks = 60 tokens.
-    assert [r.num_cached_tokens for r in result.requests] == [0, 0, 0, 60]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 0, 0, 60]
 
 
 def test_unknown_adapters_and_bad_limits_are_refused() -> None:

@@ -27,7 +27,7 @@ def test_a_repeated_4096_token_prompt_hits_4080_tokens_and_ttft_falls_by_their_p
     ]
     result = simulate(seed_params(), work, audit=True)
     first, second = result.requests
-    assert (first.num_cached_tokens, second.num_cached_tokens) == (0, 4080)
+    assert (first.prefix_hit_tokens, second.prefix_hit_tokens) == (0, 4080)
     # Each is alone on the GPU: one prefill step releases its only token. Attention still reads
     # the whole 4,096-token context; only the computed tokens fall from 4,096 to 16.
     assert first.ttft == pytest.approx(roofline(4096, 4096), rel=1e-12)
@@ -38,7 +38,7 @@ def test_a_repeated_4096_token_prompt_hits_4080_tokens_and_ttft_falls_by_their_p
     assert second.ttft == pytest.approx((6.74e9 * 2 + 524_288 * 4096) / 3000e9, rel=1e-12)
     assert [s.num_prefill_tokens for s in result.steps] == [4096, 16]
     summary = result.summary()
-    assert (summary.prefix_cache_queries, summary.prefix_cache_hits) == (2 * 4096, 4080)
+    assert (summary.prefix_query_tokens, summary.prefix_hit_tokens) == (2 * 4096, 4080)
 
 
 def test_a_shared_2048_token_system_prompt_hits_2048_tokens_per_request_after_the_first() -> None:
@@ -50,11 +50,11 @@ def test_a_shared_2048_token_system_prompt_hits_2048_tokens_per_request_after_th
         FleetRequest.of(float(i), 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(5)
     ]
     result = simulate(seed_params(), work, audit=True)
-    assert [r.num_cached_tokens for r in result.requests] == [0, 2048, 2048, 2048, 2048]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 2048, 2048, 2048, 2048]
     assert [s.num_prefill_tokens for s in result.steps] == [2148, 100, 100, 100, 100]
     summary = result.summary()
-    assert (summary.prefix_cache_queries, summary.prefix_cache_hits) == (5 * 2148, 4 * 2048)
-    assert summary.prefix_cache_hit_rate == pytest.approx(4 * 2048 / (5 * 2148))
+    assert (summary.prefix_query_tokens, summary.prefix_hit_tokens) == (5 * 2148, 4 * 2048)
+    assert summary.prefix_hit_rate == pytest.approx(4 * 2048 / (5 * 2148))
 
 
 def test_requests_admitted_in_the_same_step_hit_blocks_cached_as_that_step_is_scheduled() -> None:
@@ -64,7 +64,7 @@ def test_requests_admitted_in_the_same_step_hit_blocks_cached_as_that_step_is_sc
     system = ids(1000, 2048)
     work = [FleetRequest.of(0.0, 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(3)]
     result = simulate(seed_params(), work, audit=True)
-    assert [r.num_cached_tokens for r in result.requests] == [0, 2048, 2048]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 2048, 2048]
     assert [s.num_prefill_tokens for s in result.steps] == [2148 + 100 + 100]
 
 
@@ -72,9 +72,9 @@ def test_requests_without_token_ids_or_with_caching_off_never_hit() -> None:
     prompt = ids(1000, 64)
     same_ids = [FleetRequest.of(float(i), 64, 1, prompt_token_ids=prompt) for i in range(2)]
     off = simulate(seed_params(enable_prefix_caching=False), same_ids).summary()
-    assert (off.prefix_cache_queries, off.prefix_cache_hits) == (0, 0)  # vLLM does not query a disabled cache
+    assert (off.prefix_query_tokens, off.prefix_hit_tokens) == (0, 0)  # vLLM does not query a disabled cache
     unknown = simulate(seed_params(), [FleetRequest.of(float(i), 64, 1) for i in range(2)]).summary()
-    assert (unknown.prefix_cache_queries, unknown.prefix_cache_hits) == (2 * 64, 0)
+    assert (unknown.prefix_query_tokens, unknown.prefix_hit_tokens) == (2 * 64, 0)
 
 
 def test_eviction_takes_the_least_recently_freed_block_and_a_chains_tail_first() -> None:

@@ -50,8 +50,8 @@ def test_random_workloads_respect_capacity_free_every_block_and_finish_plans(
 ) -> None:
     params, workload = scenario
     result = simulate(params, workload, audit=True)
-    total = result.kv_total_blocks
-    assert result.kv_peak_used_blocks <= total
+    total = result.replicas[0].kv_total_blocks
+    assert result.replicas[0].kv_peak_used_blocks <= total
     for s in result.steps:
         assert 1 <= s.num_prefill_tokens + s.num_decode_tokens <= params.max_batch_tokens
         assert s.num_running <= params.max_num_sequences
@@ -160,10 +160,10 @@ def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_
     result = simulate(params, workload, audit=True, observer=events)
     summary = result.summary()
     # Steer generation towards runs that hit, evict and preempt: where the bookkeeping is hard.
-    target(float(summary.prefix_cache_hits), label="prefix cache hits")
+    target(float(summary.prefix_hit_tokens), label="prefix cache hits")
     target(float(summary.num_preemptions), label="preemptions")
     for s in result.steps:
-        assert s.kv_used_blocks <= result.kv_total_blocks
+        assert s.kv_used_blocks <= result.replicas[0].kv_total_blocks
         assert s.prefix_cache_hits <= s.prefix_cache_queries
     if result.steps:
         assert result.steps[-1].kv_used_blocks == 0
@@ -172,5 +172,5 @@ def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_
         if r.finish_reason is not FinishReason.ABORT:
             assert r.output_tokens == item.output_tokens == len(r.token_times)
         # A hit is whole blocks, and always leaves at least one prompt token to compute.
-        assert r.num_cached_tokens % params.block_size == 0
-        assert r.num_cached_tokens <= max(item.prompt_tokens - 1, 0)
+        assert r.prefix_hit_tokens % params.block_size == 0
+        assert r.prefix_hit_tokens <= max(item.prompt_tokens - 1, 0)

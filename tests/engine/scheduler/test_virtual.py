@@ -114,7 +114,7 @@ def test_aborts_mid_step_before_arrival_and_after_the_end() -> None:
     assert result.steps[-1].kv_used_blocks == 0
     summary = result.summary()
     assert (summary.num_finished, summary.num_aborted) == (1, 2)
-    assert summary.e2e.count == 1  # aborted requests stay out of E2E
+    assert summary.latencies.e2e.count == 1  # aborted requests stay out of E2E
 
 
 def test_poisson_arrivals_are_seeded_and_have_the_requested_rate() -> None:
@@ -149,11 +149,11 @@ def test_summary_totals() -> None:
     # Two requests in one batch: prompt 4 + 4, then one decode step for both.
     result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(0.0, 4, 2)])
     s = result.summary()
-    assert s.num_steps == 2
-    assert s.mean_batch_size == 2.0
+    assert s.replicas[0].num_steps == 2
+    assert s.replicas[0].mean_batch_size == 2.0
     assert s.duration == pytest.approx(d(8) + d(10), rel=1e-12)
     assert s.output_tokens == 4
     assert s.output_tokens_per_s == pytest.approx(4 / s.duration)
-    assert s.kv_total_blocks == 8
-    assert s.kv_peak_used_blocks == 4
-    assert s.itl.p50 == pytest.approx(d(10), rel=1e-12)
+    assert s.replicas[0].kv_total_blocks == 8
+    assert s.replicas[0].kv_peak_used_blocks == 4
+    assert s.latencies.itl.p50 == pytest.approx(d(10), rel=1e-12)

@@ -4,8 +4,8 @@ Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``simulation_summary``
-  and ``simulation_result`` (virtual-time outputs);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), and
+  ``simulation_summary`` (percentiles, as virtual-time reports give them);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
@@ -43,8 +43,7 @@ from llmsim.engine.scheduler.params import (
 )
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.simulation_result import RequestResult, SimulationResult
-from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
+from llmsim.engine.scheduler.simulation_summary import Percentiles, percentile
 
 __all__ = [
     "CostModel",
@@ -53,15 +52,12 @@ __all__ = [
     "LoraParams",
     "ModelSpec",
     "Percentiles",
-    "RequestResult",
     "Scheduler",
     "SchedulerEngine",
     "SchedulerOutput",
     "SchedulerParams",
     "Sequence",
     "SequenceStatus",
-    "SimulationResult",
-    "SimulationSummary",
     "StepResult",
     "check_context_fits",
     "default_limits",

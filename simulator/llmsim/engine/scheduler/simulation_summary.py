@@ -1,4 +1,4 @@
-"""Percentiles and totals of a virtual-time run."""
+"""Percentiles of a virtual-time run's latencies."""
 
 from __future__ import annotations
 
@@ -32,42 +32,3 @@ class Percentiles:
         ordered = sorted(values)
         mean = math.fsum(ordered) / len(ordered) if ordered else math.nan
         return cls(len(ordered), mean, percentile(ordered, 50), percentile(ordered, 90), percentile(ordered, 99))
-
-
-@dataclass(frozen=True, slots=True)
-class SimulationSummary:
-    """The headline figures of a run."""
-
-    num_requests: int
-    num_finished: int
-    num_aborted: int
-    # Refused at arrival because the waiting queue was full (max_waiting_requests).
-    num_rejected: int
-    # Simulated seconds from the first arrival to the end of the last step.
-    duration: float
-    output_tokens: int
-    ttft: Percentiles
-    itl: Percentiles
-    e2e: Percentiles
-    queue_time: Percentiles
-    num_preemptions: int
-    num_steps: int
-    mean_batch_size: float
-    kv_total_blocks: int
-    kv_peak_used_blocks: int
-    # Prefix cache lookups in tokens, counted as vLLM does (see StepStats).
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        """Cached tokens / queried tokens (NaN without queries)."""
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else math.nan
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return self.output_tokens / self.duration if self.duration > 0 else math.nan
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.num_finished / self.duration if self.duration > 0 else math.nan
