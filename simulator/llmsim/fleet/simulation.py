@@ -346,8 +346,9 @@ class FleetSimulation:
         assert finished is not None, "only an ended sequence is recorded"
         first = seq.first_token_time
         scheduled = seq.scheduled_time
-        # Sequence.to_stats()'s figures, without building the record (once per request), and
-        # passed by position: keywords cost a named tuple ~1 us more per request.
+        # Sequence.to_stats()'s figures, without building the record (once per request: NOTE: a
+        # mirrored rule, see llmsim.engine.scheduler), and passed by position: keywords cost a
+        # named tuple ~1 us more per request.
         self.outcomes[i] = RequestOutcome(
             i,  # index
             replica.index,  # replica

@@ -20,6 +20,7 @@ from llmsim.engine.scheduler import Scheduler, SchedulerOutput, SchedulerParams,
 from llmsim.engine.scheduler.block_hash import hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.decode_run import DecodeRun, _admits_any
 from llmsim.engine.scheduler.params import LoraParams
+from llmsim.fleet import FleetRequest, FleetSimulation, FleetSpec, FleetWorkload, ReplicaGroup, RouterSpec
 from llmsim.types import RequestId
 
 from .builders import tiny_params
@@ -268,3 +269,47 @@ def test_a_finished_run_brings_its_sequences_up_to_date_as_bring_does(
                 b.token_times,
                 b.first_token_time,
             )
+
+
+@SETTINGS
+@given(scenarios(), st.integers(1, 3), st.sampled_from([None, 1, 2]))
+def test_the_fleet_records_an_outcome_as_sequence_to_stats_reports_it(
+    scenario: tuple[SchedulerParams, list[Arrival], int], replicas: int, concurrency: int | None
+) -> None:
+    """``Sequence.to_stats`` and its figures computed in ``FleetSimulation._record``."""
+    params, arrivals, _ = scenario
+    requests = []
+    for i, a in enumerate(arrivals):
+        ids = _sequence(params, i, a).prompt_token_ids
+        abort_at = None if a.abort_step is None else a.abort_step * 0.01
+        requests.append(FleetRequest.of(a.step * 0.01, a.prompt, a.output, abort_at, ids, adapter=a.lora))
+    fleet = FleetSpec((ReplicaGroup("r", "m", params, replicas),), RouterSpec("least-requests", 0.0))
+    simulation = FleetSimulation(fleet, FleetWorkload(tuple(requests), concurrency), keep_token_times=True)
+    result = simulation.run()
+    for outcome, seq in zip(result.requests, simulation.seqs, strict=True):
+        if seq is None:
+            continue  # never sent: no sequence to report
+        stats = seq.to_stats()
+        assert (
+            outcome.arrival,
+            outcome.prompt_tokens,
+            outcome.output_tokens,
+            outcome.finish_reason,
+            outcome.ttft,
+            outcome.e2e,
+            outcome.queue_time,
+            outcome.num_preemptions,
+            outcome.prefix_hit_tokens,
+            list(outcome.token_times),
+        ) == (
+            stats.arrival,
+            stats.prompt_tokens,
+            stats.output_tokens,
+            stats.finish_reason,
+            stats.ttft,
+            stats.e2e,
+            stats.queue_time,
+            stats.num_preemptions,
+            stats.num_cached_tokens,
+            stats.token_times,
+        )

@@ -14,7 +14,7 @@ Three tiers, dependencies pointing down only:
 
 Pure and deterministic: no I/O, no randomness.
 
-Mirrored rules: five rules live in two places each, the copy kept because it sits in a loop run
+Mirrored rules: six rules live in two places each, the copy kept because it sits in a loop run
 once per sequence per step. Each pair has a fast test in
 ``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
 one side, and that test fails until the other follows.
@@ -25,7 +25,9 @@ one side, and that test fails until the other follows.
 3. ``CostModel.step_duration``, repeated in ``DecodeRun.extend`` for decode steps;
 4. ``Scheduler._schedule_waiting``'s admission test, repeated in ``decode_run._admits_any``;
 5. ``DecodeRun._bring`` (a sequence's counters and token times as of a step), inlined in
-   ``DecodeRun.finish`` for the sequences in the run from its start.
+   ``DecodeRun.finish`` for the sequences in the run from its start;
+6. ``Sequence.to_stats``'s figures (finish reason, TTFT, E2E, queue time), computed in
+   ``llmsim.fleet.simulation.FleetSimulation._record`` without building the record.
 """
 
 from llmsim.engine.scheduler.block_hash import hash_blocks
