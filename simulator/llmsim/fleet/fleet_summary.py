@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.engine.scheduler.percentiles import Percentiles
 
 
 class OrderedCounts:

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.engine.scheduler.percentiles import Percentiles
 from llmsim.fleet import simulation
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
 from llmsim.fleet.planner import FleetPlan, RateSweep, ReplicaSearch, Slo

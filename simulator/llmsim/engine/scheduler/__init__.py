@@ -4,8 +4,8 @@ Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), and
-  ``simulation_summary`` (percentiles, as virtual-time reports give them);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), and ``percentiles``
+  (latency percentiles, as reports give them);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
@@ -43,9 +43,9 @@ from llmsim.engine.scheduler.params import (
     default_limits,
     num_kv_blocks,
 )
+from llmsim.engine.scheduler.percentiles import Percentiles, percentile
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.simulation_summary import Percentiles, percentile
 
 __all__ = [
     "CostModel",

@@ -1,4 +1,4 @@
-"""Percentiles of a virtual-time run's latencies."""
+"""Latency percentiles as reports give them (interpolated as numpy does by default)."""
 
 from __future__ import annotations
 
