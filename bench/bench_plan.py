@@ -5,8 +5,10 @@ Six cases on the same model (default: the seed design's example GPU and model, 8
 GB/s, 989 TFLOPS; 6.74 B parameters fp16, 512 KiB of KV per token: 7,609 blocks; or a model of a
 models.yml with --config/--model), 512-token prompts and 256 output tokens unless said:
 
-1. ``simulate()`` (the single-replica core), Poisson arrivals at --rate for --duration;
-2. the same workload through a one-replica fleet (``simulate_fleet``): the fleet loop's overhead;
+1. ``simulate()`` (one replica, every step's stats and token time recorded: what tests and
+   ``--predict`` read), Poisson arrivals at --rate for --duration;
+2. the same workload through a one-replica fleet (``simulate_fleet``, as ``llmsim plan --model``
+   runs it): what the recording costs;
 3. one replica at a steady batch of 64: a closed loop of 64 clients (issue 12's first target);
 4. the same with 1,024 output tokens: four times the decode steps per request, so the work done
    once per request (admission, its blocks, hashing, its record) weighs a quarter as much;
