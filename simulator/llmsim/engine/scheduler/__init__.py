@@ -14,8 +14,8 @@ Three tiers, dependencies pointing down only:
 
 Pure and deterministic: no I/O, no randomness.
 
-Mirrored rules: six rules live in two places each, the copy kept because it sits in a loop run
-once per sequence per step. Each pair has a fast test in
+Mirrored rules: six rules live in two places each, the copy kept for speed: each sits in a loop
+run once per sequence per step (or per run, or per request). Each pair has a fast test in
 ``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
 one side, and that test fails until the other follows.
 

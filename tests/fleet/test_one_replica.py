@@ -1,6 +1,6 @@
-"""Virtual-time runs: arrivals join at step boundaries, idle restarts, aborts, workloads, summaries.
+"""One replica in virtual time (``simulate``, a fleet of one): step boundaries, idle restarts, aborts, summaries.
 
-The toy model (builders.tiny_params) makes every step memory-bound:
+The toy model (tests.engine.scheduler.builders.tiny_params) makes every step memory-bound:
 duration = 1e6 B / 1e8 B/s + context x 1 B / 1e8 B/s = 0.01 + context x 1e-8 seconds.
 """
 
@@ -13,8 +13,7 @@ import pytest
 from llmsim.engine.scheduler import Percentiles, percentile
 from llmsim.fleet import FleetRequest, poisson_arrivals, poisson_workload, simulate
 from llmsim.types import FinishReason
-
-from .builders import tiny_params
+from tests.engine.scheduler.builders import tiny_params
 
 
 def d(context: int) -> float:
