@@ -26,7 +26,6 @@ COMPILED_MODULES = (
     "llmsim/engine/scheduler/kv_cache.py",
     "llmsim/engine/scheduler/scheduler.py",
     "llmsim/engine/scheduler/sequence.py",
-    "llmsim/engine/scheduler/virtual.py",
     "llmsim/fleet/fleet_result.py",
     "llmsim/fleet/fleet_summary.py",
     "llmsim/fleet/replica.py",

@@ -342,18 +342,18 @@ def open_loop_raw_client(url: str, arrivals: list[float], prompt_tokens: int, ou
 
 def run_ttft(args: argparse.Namespace) -> dict[str, Any]:
     from llmsim.config import load_models_config
-    from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals, simulate
+    from llmsim.fleet import FleetRequest, poisson_arrivals, simulate
     from llmsim.runtime import scheduler_params
 
     prompt, output = 512, 128
     arrivals = poisson_arrivals(args.rate, args.ttft_duration, seed=1)
     sim = simulate(
-        scheduler_params(load_models_config(None), MODEL), [WorkloadItem(t, prompt, output) for t in arrivals]
+        scheduler_params(load_models_config(None), MODEL), [FleetRequest.of(t, prompt, output) for t in arrivals]
     )
     predicted = {
         "ttft": statistics.median(r.ttft for r in sim.requests if r.ttft is not None),
-        "itl": statistics.median(sim.itls()),
-        "e2e": statistics.median(sim.e2es()),
+        "itl": statistics.median([gap for r in sim.requests for gap in r.itl]),
+        "e2e": statistics.median([r.e2e for r in sim.requests if r.finish_reason != "abort"]),
     }
     roots = {"llmsim": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     result: dict[str, Any] = {

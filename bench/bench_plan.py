@@ -5,8 +5,10 @@ Six cases on the same model (default: a reference model of Llama 2 7B's shape on
 3,000 GB/s, 989 TFLOPS; 6.74 B parameters fp16, 512 KiB of KV per token: 7,609 blocks; or a model of a
 models.yml with --config/--model), 512-token prompts and 256 output tokens unless said:
 
-1. ``simulate()`` (the single-replica core), Poisson arrivals at --rate for --duration;
-2. the same workload through a one-replica fleet (``simulate_fleet``): the fleet loop's overhead;
+1. ``simulate()`` (one replica, every step's stats and token time recorded: what tests and
+   ``--predict`` read), Poisson arrivals at --rate for --duration;
+2. the same workload through a one-replica fleet (``simulate_fleet``, as ``llmsim plan --model``
+   runs it): what the recording costs;
 3. one replica at a steady batch of 64: a closed loop of 64 clients (goal: ≥ 1,000x real time);
 4. the same with 1,024 output tokens: four times the decode steps per request, so the work done
    once per request (admission, its blocks, hashing, its record) weighs a quarter as much;
@@ -46,16 +48,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, WorkloadItem, poisson_workload, simulate
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams
 from llmsim.fleet import (
+    FleetRequest,
     FleetSpec,
     FleetWorkload,
     ReplicaGroup,
     RouterSpec,
     WorkloadShape,
     closed_loop,
-    from_items,
     generate,
+    poisson_workload,
+    simulate,
     simulate_fleet,
 )
 
@@ -143,11 +147,11 @@ def main() -> int:
     items = poisson_workload(args.rate, args.duration * scale, PROMPT, OUTPUT, args.seed)
     share = poisson_workload(args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, args.seed)
 
-    def single(workload: list[WorkloadItem], fast_forward: bool) -> Outcome:
+    def single(workload: list[FleetRequest], fast_forward: bool) -> Outcome:
         result = simulate(params, workload, fast_forward=fast_forward)
         s = result.summary()
         steps = sum(step.batch_size for step in result.steps)
-        return s.duration, s.num_requests, s.num_steps, steps, [r.token_times for r in result.requests]
+        return s.duration, s.num_requests, s.replicas[0].num_steps, steps, [r.token_times for r in result.requests]
 
     def fleet_run(fleet: FleetSpec, workload: FleetWorkload, fast_forward: bool) -> Outcome:
         result = simulate_fleet(fleet, workload, fast_forward=fast_forward)
@@ -162,7 +166,7 @@ def main() -> int:
         16 * args.fleet_rate_per_replica, args.fleet_duration * scale, PROMPT, OUTPUT, seed=args.seed
     )
     closed = int(args.closed_requests * scale)
-    as_fleet = from_items(items)
+    as_fleet = FleetWorkload(tuple(items))
     closed_short = closed_loop(64, closed, PROMPT, OUTPUT)
     closed_long = closed_loop(64, closed // 4, PROMPT, LONG_OUTPUT)
     fleet_workload = generate(fleet_shape)

@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from tests.support.server import running_server  # noqa: E402
 
 from llmsim.config.loader import parse_models_config  # noqa: E402
-from llmsim.engine.scheduler import WorkloadItem, hash_blocks, percentile, simulate  # noqa: E402
+from llmsim.engine.scheduler import hash_blocks, percentile  # noqa: E402
+from llmsim.fleet import FleetRequest, simulate  # noqa: E402
 from llmsim.llm import Generator, parse_responses  # noqa: E402
 from llmsim.llm.filler import CYCLE  # noqa: E402
 from llmsim.runtime import scheduler_params  # noqa: E402
@@ -124,7 +125,7 @@ class Turn:
     turn: int
     at: float  # seconds from the start of the run
     messages: list[dict[str, str]]
-    item: WorkloadItem  # the same request for simulate()
+    item: FleetRequest  # the same request for simulate()
 
 
 def conversations(n: int, turns: int, stagger: float, gap: float, system_tokens: int) -> list[Turn]:
@@ -139,7 +140,7 @@ def conversations(n: int, turns: int, stagger: float, gap: float, system_tokens:
             request = GenerationRequest(model=MODEL, messages=tuple(history))
             (plan,) = generator.generate(request)
             at = c * stagger + t * gap
-            item = WorkloadItem(
+            item = FleetRequest.of(
                 at, plan.prompt_tokens, plan.num_output_tokens, None, plan.prompt_token_ids, plan.token_ids
             )
             out.append(Turn(c, t, at, [{"role": m.role, "content": m.content} for m in history], item))
@@ -177,11 +178,11 @@ def predicted(turns: list[Turn], caching: bool) -> dict[str, Any]:
     params = scheduler_params(parse_models_config(config(caching), "bench"), MODEL)
     result = simulate(params, [t.item for t in turns])
     s = result.summary()
-    ttfts = sorted(result.ttfts())
+    ttfts = sorted(r.ttft for r in result.requests if r.ttft is not None)
     return {
         "prompt_tokens": sum(t.item.prompt_tokens for t in turns),
-        "prefix_cache_queries": s.prefix_cache_queries,
-        "prefix_cache_hits": s.prefix_cache_hits,
+        "prefix_cache_queries": s.prefix_query_tokens,
+        "prefix_cache_hits": s.prefix_hit_tokens,
         "ttft_p50_ms": percentile(ttfts, 50) * 1e3,
         "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
         "output_tokens_per_s": s.output_tokens_per_s,

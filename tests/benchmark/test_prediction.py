@@ -9,18 +9,17 @@ import pytest
 from llmsim.benchmark import PromptShape, Shape, closed_loop, open_loop, predict
 from llmsim.benchmark.prediction import TURNAROUND_S, predict_fleet
 from llmsim.benchmark.workload import Chain, Role, Segment, Turn, TurnSource, Workload
-from llmsim.engine.scheduler import WorkloadItem, simulate
-from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec
+from llmsim.fleet import FleetRequest, FleetSpec, ReplicaGroup, RouterSpec, simulate
 from tests.engine.scheduler.builders import roofline, seed_params
 
 
 def test_an_open_loop_is_one_simulation_of_the_same_requests() -> None:
     arrivals = [0.0, 0.01, 0.02, 0.5]
     prediction = predict(seed_params(), open_loop(arrivals, PromptShape(512, 20)))
-    direct = simulate(seed_params(), [WorkloadItem(t, 512, 20) for t in arrivals])
+    direct = simulate(seed_params(), [FleetRequest.of(t, 512, 20) for t in arrivals])
     assert prediction.passes == 1
     assert [r.scheduled for r in prediction.records] == arrivals
-    assert [r.token_times for r in prediction.records] == [r.token_times for r in direct.requests]
+    assert [r.token_times for r in prediction.records] == [list(r.token_times) for r in direct.requests]
     assert [r.end - r.scheduled for r in prediction.records] == [r.e2e for r in direct.requests]
 
 
@@ -57,7 +56,7 @@ def test_the_fixed_point_is_the_simulation_of_its_own_arrivals() -> None:
     prediction = predict(seed_params(), workload)
     assert prediction.passes > 2
     assert len(prediction.records) == 30
-    items = [WorkloadItem(r.scheduled, 200, r.expected_output_tokens) for r in prediction.records]
+    items = [FleetRequest.of(r.scheduled, 200, r.expected_output_tokens) for r in prediction.records]
     again = simulate(seed_params(), items)
     ends = {(r.chain, r.turn): r.end for r in prediction.records}
     for r, sim in zip(prediction.records, again.requests, strict=True):

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from llmsim.benchmark import PromptShape, Shape, closed_loop, constant_arrivals, first_arrivals, open_loop, trace
-from llmsim.engine.scheduler import WorkloadItem
+from llmsim.fleet import FleetRequest
 
 
 def test_a_seeded_poisson_schedule_is_reproducible_and_has_exponential_gaps() -> None:
@@ -74,11 +74,11 @@ def test_multi_turn_prompts_carry_the_conversation_so_far() -> None:
 
 
 def test_a_trace_replays_arrivals_lengths_and_hang_ups() -> None:
-    w = trace([WorkloadItem(0.0, 10, 5), WorkloadItem(0.25, 20, 6, abort_at=1.0)])
+    w = trace([FleetRequest.of(0.0, 10, 5), FleetRequest.of(0.25, 20, 6, abort_at=1.0)])
     first, second = (c.turn(0) for c in w.chains)
     assert first is not None
     assert second is not None
     assert [c.start for c in w.chains] == [0.0, 0.25]
     assert (second.prompt_tokens, second.output_tokens, second.abort_after) == (20, 6, 0.75)
     with pytest.raises(ValueError, match="request 0"):
-        trace([WorkloadItem(0.0, 0, 5)])
+        trace([FleetRequest.of(0.0, 0, 5)])

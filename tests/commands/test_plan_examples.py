@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from llmsim.cli import main
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "fleet"
@@ -27,12 +29,24 @@ def test_the_readme_fleet_example_runs(tmp_path: Path) -> None:
     assert main([*args, *shape, "--compare", "round-robin,least-requests,weighted"]) == 0
 
 
-def test_the_example_trace_runs(tmp_path: Path) -> None:
+def test_the_example_trace_runs_where_its_adapter_is_served(tmp_path: Path) -> None:
+    # The trace's second request names the LoRA adapter sql-lora: every replica must serve it (an
+    # adapter belongs to one model, so these are replicas of the H100 model only).
+    models = tmp_path / "models.yml"
+    lora = "    lora: {max_loras: 1, adapters: [{name: sql-lora, path: /adapters/sql}]}\n"
+    text = (EXAMPLES / "models.yml").read_text()
+    models.write_text(text.replace("    context_length: 32768\n", "    context_length: 32768\n" + lora, 1))
     out = tmp_path / "out.json"
-    args = ["plan", "--config", str(EXAMPLES / "models.yml"), "--fleet", str(EXAMPLES / "fleet.yml")]
+    args = ["plan", "--config", str(models), "--model", "llama-3.1-8b-h100", "--replicas", "4"]
     assert main([*args, "--workload", str(EXAMPLES / "trace.jsonl"), "--json", str(out)]) == 0
     s = json.loads(out.read_text())["summary"]
     assert (s["num_requests"], s["num_finished"], s["num_aborted"]) == (5, 4, 1)
+
+
+def test_the_example_trace_names_an_adapter_the_example_models_do_not_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--config", str(EXAMPLES / "models.yml"), "--fleet", str(EXAMPLES / "fleet.yml")]
+    assert main([*args, "--workload", str(EXAMPLES / "trace.jsonl")]) == 2
+    assert "line 2: field 'adapter': unknown LoRA adapter 'sql-lora'" in capsys.readouterr().err
 
 
 def test_the_readme_prefix_routing_example_shows_what_prefix_affinity_buys(tmp_path: Path) -> None:

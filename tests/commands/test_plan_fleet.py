@@ -11,7 +11,7 @@ import pytest
 from llmsim.cli import main
 from tests.engine.scheduler.builders import roofline
 
-from .test_plan import MODELS
+from .test_plan import LORA_MODELS, MODELS
 
 FLEET = """
 version: 1
@@ -39,7 +39,10 @@ def run(args: list[str], tmp_path: Path) -> dict[str, Any]:
 
 
 def test_a_trace_through_a_fleet(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    models, fleet = files
+    _, fleet = files
+    # The replicas serve the LoRA adapter the third request names (loaded at startup: no load time).
+    models = tmp_path / "lora-models.yml"
+    models.write_text(LORA_MODELS.replace("sql-lora", "a"))
     trace = tmp_path / "trace.jsonl"
     trace.write_text(
         '{"arrival": 0, "prompt_tokens": 16, "output_tokens": 3}\n'

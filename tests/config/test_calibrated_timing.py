@@ -18,7 +18,7 @@ from llmsim.cli import main
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.calibrated_timing import TIMING_KNOBS as KNOBS
 from llmsim.config.loader import parse_models_config
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.runtime import scheduler_params
 
 
@@ -175,7 +175,7 @@ def test_the_embedded_model_and_a_profile_alone_decode_at_the_published_h100_tpo
     )
     tpots = []
     for config in (load_models_config(), load_models_config(plain)):
-        (r,) = simulate(scheduler_params(config, "llama-3.1-8b"), [WorkloadItem(0.0, 50, 128)]).requests
+        (r,) = simulate(scheduler_params(config, "llama-3.1-8b"), [FleetRequest.of(0.0, 50, 128)]).requests
         tpots.append((r.token_times[-1] - r.token_times[0]) / 127)
         # TTFT: the request overhead, then one step prefills the 50 tokens (published: 13.98 ms).
         assert r.ttft == pytest.approx(13.98e-3, rel=0.01)

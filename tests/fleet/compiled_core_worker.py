@@ -16,11 +16,11 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any, cast
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
-from llmsim.fleet import FleetSpec, FleetWorkload
+from llmsim.engine.scheduler import SchedulerParams
+from llmsim.fleet import FleetRequest, FleetSpec, FleetWorkload, simulate
 from llmsim.fleet.simulation import FleetSimulation
 
-#: ("fleet", FleetSpec, FleetWorkload) or ("simulate", SchedulerParams, list[WorkloadItem]).
+#: ("fleet", FleetSpec, FleetWorkload) or ("simulate", SchedulerParams, list[FleetRequest]).
 Case = tuple[str, Any, Any]
 
 
@@ -51,7 +51,7 @@ def run(case: Case) -> list[object]:
             result: object = FleetSimulation(config, workload, keep_token_times=True, fast_forward=fast_forward).run()
         else:
             assert isinstance(config, SchedulerParams)
-            assert all(isinstance(i, WorkloadItem) for i in workload)
+            assert all(isinstance(i, FleetRequest) for i in workload)
             result = simulate(config, workload, fast_forward=fast_forward)
         out.append(plain(result))
     return out

@@ -18,11 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem
-from llmsim.fleet import FleetSpec, FleetWorkload
+from llmsim.engine.scheduler import SchedulerParams
+from llmsim.fleet import FleetRequest, FleetSpec, FleetWorkload
 from tests.engine.scheduler.test_decode_run import scenarios
 from tests.fleet.compiled_core_worker import Case, receive, run, send
 from tests.fleet.test_fast_forward import busy_fleets, fleets
+
+# A mypyc build of the core takes minutes on two cores: make test-slow (CI runs it).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,6 +133,6 @@ def test_fleets_run_by_the_compiled_core_are_the_pure_cores(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_one_replica_simulated_by_the_compiled_core_is_the_pure_cores(
-    worker: subprocess.Popen[bytes], case: tuple[SchedulerParams, list[WorkloadItem]]
+    worker: subprocess.Popen[bytes], case: tuple[SchedulerParams, list[FleetRequest]]
 ) -> None:
     assert_same(worker, ("simulate", *case))

@@ -120,6 +120,7 @@ def everything(result: FleetResult) -> Any:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
 def test_a_fleet_that_jumps_is_the_fleet_that_steps(case: tuple[FleetSpec, FleetWorkload]) -> None:
@@ -246,6 +247,7 @@ def busy_fleets(draw: st.DrawFn) -> tuple[FleetSpec, FleetWorkload]:
     return fleet, FleetWorkload(tuple(requests), draw(st.none() | st.integers(2, 16)))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(busy_fleets())
 def test_requests_arriving_into_decoding_batches_are_timed_as_stepping_times_them(

@@ -75,6 +75,7 @@ def _run(fleet: FleetSpec, workload: FleetWorkload, fast_forward: bool = True) -
     return everything(FleetSimulation(fleet, workload, keep_token_times=True, fast_forward=fast_forward).run())
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )

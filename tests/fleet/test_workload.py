@@ -6,8 +6,7 @@ from collections import Counter
 
 import pytest
 
-from llmsim.engine.scheduler import poisson_arrivals
-from llmsim.fleet import FleetRequest, FleetWorkload, Prompt, Segment, WorkloadShape, generate
+from llmsim.fleet import FleetRequest, FleetWorkload, Prompt, Segment, WorkloadShape, generate, poisson_arrivals
 
 
 def shape(**kw: object) -> WorkloadShape:

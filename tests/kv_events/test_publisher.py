@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.kv_events import KVEventStream, ZmqPublisher
 from llmsim.kv_events.publisher import binds
 from llmsim.kv_events.wire import event_hash
@@ -25,7 +25,7 @@ def context() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     ctx.term()
 
 
-def workload(seed: int) -> list[WorkloadItem]:
+def workload(seed: int) -> list[FleetRequest]:
     """Requests drawing prompts from three shared documents plus their own tails: hits and evictions."""
     rng = random.Random(seed)
     documents = [tuple(range(10_000 * d, 10_000 * d + 200)) for d in range(1, 4)]
@@ -36,7 +36,7 @@ def workload(seed: int) -> list[WorkloadItem]:
         prompt = rng.choice(documents)[:shared] + tuple(range(1_000_000 + 1000 * i, 1_000_000 + 1000 * i + own))
         out = rng.randint(1, 30)
         outputs = tuple(range(500, 500 + out)) if rng.random() < 0.5 else None
-        items.append(WorkloadItem(i * 0.004, len(prompt), out, None, prompt, outputs))
+        items.append(FleetRequest.of(i * 0.004, len(prompt), out, None, prompt, outputs))
     return items
 
 
@@ -94,7 +94,7 @@ def test_a_subscriber_rebuilds_the_cache_from_the_events(context: zmq.Context[zm
     assert sequence, "the workload produced no events"
     assert kinds["BlockStored"] > 0
     assert kinds["BlockRemoved"] > 0, "the cache was never under pressure"
-    assert result.summary().prefix_cache_hits > 0
+    assert result.summary().prefix_hit_tokens > 0
     # simulate() hashes token ids: every identity is a sha256 digest.
     expected = Counter({event_hash(h): n for h, n in result.cached_blocks.items() if isinstance(h, bytes)})
     assert sum(expected.values()) == sum(result.cached_blocks.values())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams, SimulationResult, WorkloadItem, simulate
+from llmsim.engine.scheduler import GpuSpec, ModelSpec, SchedulerParams
+from llmsim.fleet import FleetRequest, FleetResult, simulate
 from llmsim.metrics import MetricsHub, ModelMetrics
 from llmsim.types import FinishReason, RequestId, RequestStats
 from tests.metrics.scrape import parse
@@ -23,7 +24,11 @@ PARAMS = SchedulerParams(
 )
 
 
-def feed(result: SimulationResult, m: ModelMetrics) -> None:
+def ttfts(result: FleetResult) -> list[float]:
+    return [r.ttft for r in result.requests if r.ttft is not None]
+
+
+def feed(result: FleetResult, m: ModelMetrics) -> None:
     """Replay in the driver's order: first tokens, step stats, finished requests."""
     for r in result.requests:
         if r.ttft is not None:
@@ -42,13 +47,13 @@ def feed(result: SimulationResult, m: ModelMetrics) -> None:
                 first_token=r.token_times[0] if r.token_times else None,
                 finished=r.arrival + r.e2e,
                 num_preemptions=r.num_preemptions,
-                token_times=r.token_times,
+                token_times=list(r.token_times),
             )
         )
 
 
 def test_counters_after_a_preempting_run() -> None:
-    result = simulate(PARAMS, [WorkloadItem(0.0, PROMPT, OUTPUT) for _ in range(N)])
+    result = simulate(PARAMS, [FleetRequest.of(0.0, PROMPT, OUTPUT) for _ in range(N)])
     hub = MetricsHub()
     feed(result, hub.add_model("tiny", max_model_len=PARAMS.context_length))
     p = parse(hub.render().decode())
@@ -64,7 +69,7 @@ def test_counters_after_a_preempting_run() -> None:
     assert summary["preemptions"] == per_request
     # One TTFT per request, one ITL per token after the first, one observation per step.
     assert p.get("vllm:time_to_first_token_seconds_count", **M) == N
-    assert p.get("vllm:time_to_first_token_seconds_sum", **M) == pytest.approx(sum(result.ttfts()))
+    assert p.get("vllm:time_to_first_token_seconds_sum", **M) == pytest.approx(sum(ttfts(result)))
     assert p.get("vllm:inter_token_latency_seconds_count", **M) == N * (OUTPUT - 1)
     assert p.get("vllm:iteration_tokens_total_count", **M) == len(result.steps)
     assert p.get("llmsim_batch_size_count", **M) == len(result.steps)
@@ -78,5 +83,5 @@ def test_counters_after_a_preempting_run() -> None:
         sum(r.token_times[-1] - r.token_times[0] for r in result.requests)
     )
     assert summary["requests"] == {"stop": N, "length": 0, "abort": 0, "error": 0, "total": N}
-    assert summary["ttft"]["max"] == pytest.approx(max(result.ttfts()))
+    assert summary["ttft"]["max"] == pytest.approx(max(ttfts(result)))
     assert all(r.finish_reason is FinishReason.STOP for r in result.requests)

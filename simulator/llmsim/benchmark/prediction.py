@@ -1,7 +1,7 @@
 """The virtual-time prediction of a workload: the same requests through the scheduler's pure core, on one
 replica (:func:`predict`) or on a fleet behind its router (:func:`predict_fleet`).
 
-An open loop is one call to :func:`~llmsim.engine.scheduler.simulate` (or to the fleet's planner). A chain's later turns
+An open loop is one call to :func:`~llmsim.fleet.simulate` (or to the fleet's planner). A chain's later turns
 arrive when earlier ones end, which the simulation itself decides, so chains are solved as a
 fixed point: place every turn whose predecessor's end is known, simulate, place again from the
 new ends, until nothing moves. It converges because the core is causal and deterministic: the
@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from llmsim.benchmark.prompts import segment_ids
 from llmsim.benchmark.records import Outcome, RequestRecord
 from llmsim.benchmark.workload import Turn, Workload
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerParams
 
 # The fleet's pure core only (its package also holds the file readers, which need the config).
 from llmsim.fleet.planner import plan_fleet
 from llmsim.fleet.prompt import Prompt
 from llmsim.fleet.prompt import Segment as FleetSegment
+from llmsim.fleet.simulation import simulate
 from llmsim.fleet.spec import FleetSpec
 from llmsim.fleet.workload import FleetRequest, FleetWorkload
 from llmsim.types import FinishReason
@@ -118,18 +119,17 @@ def predict(params: SchedulerParams, workload: Workload, *, turnaround: float = 
 
     def one_replica(placed: list[_Placed]) -> tuple[list[_Simulated], int, int]:
         items = [
-            WorkloadItem(at, turn.prompt_tokens, turn.output_tokens, _abort_at(turn, at), prompt_ids(turn))
+            FleetRequest.of(at, turn.prompt_tokens, turn.output_tokens, _abort_at(turn, at), prompt_ids(turn))
             for _, _, turn, at in placed
         ]
         result = simulate(params, items)
-        summary = result.summary()
         simulated = [
             _Simulated(
-                list(r.token_times), r.e2e, r.output_tokens, r.finish_reason is FinishReason.ABORT, r.num_cached_tokens
+                list(r.token_times), r.e2e, r.output_tokens, r.finish_reason is FinishReason.ABORT, r.prefix_hit_tokens
             )
             for r in result.requests
         ]
-        return simulated, summary.num_preemptions, summary.num_steps
+        return simulated, result.replicas[0].num_preemptions, result.replicas[0].num_steps
 
     return _settle(workload, turnaround, one_replica)
 

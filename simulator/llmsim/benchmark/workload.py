@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmsim.engine.scheduler import WorkloadItem, poisson_arrivals
+from llmsim.fleet.workload import FleetRequest, poisson_arrivals
 
 
 class Role(enum.StrEnum):
@@ -217,7 +217,7 @@ def conversations(
     return Workload(chains, warmup=warmup, description=f"{len(chains)} conversations of {turns} turns")
 
 
-def trace(items: Sequence[WorkloadItem], *, warmup: float = 0.0) -> Workload:
+def trace(items: Sequence[FleetRequest], *, warmup: float = 0.0) -> Workload:
     """Replay ``llmsim plan --workload`` items: distinct prompts of their lengths, hang-ups at ``abort_at``."""
     chains = []
     for i, item in enumerate(items):

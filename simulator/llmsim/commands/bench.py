@@ -24,12 +24,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmsim.commands.plan import load_workload
 from llmsim.config import load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
-from llmsim.engine.scheduler import SchedulerParams, poisson_arrivals
+from llmsim.engine.scheduler import SchedulerParams
 from llmsim.errors import ConfigError
-from llmsim.fleet import FleetSpec, load_fleet
+from llmsim.fleet import FleetSpec, load_fleet, load_trace, poisson_arrivals
 from llmsim.runtime import scheduler_params
 
 # NOTE: the benchmark package (aiohttp, the client) is imported inside the functions that run it:
@@ -212,7 +211,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[str, float | None, Workloa
     from llmsim.benchmark.workload import Shape, closed_loop, conversations, open_loop, trace
 
     if args.workload is not None:
-        return [("trace", None, trace(load_workload(args.workload), warmup=args.warmup))]
+        return [("trace", None, trace(load_trace(args.workload).requests, warmup=args.warmup))]
     prompts = _prompts(args)
     if args.rate is not None or args.rates is not None:
         points: list[tuple[str, float | None, Workload]] = []

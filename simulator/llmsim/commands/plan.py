@@ -1,20 +1,23 @@
 """``llmsim plan``: run a workload through one replica, or a fleet behind a router, in virtual time.
 
-    llmsim plan --model M (--workload FILE | --rate R --duration D --prompt-tokens N --output-tokens N
-                           [--shared-prefix-tokens K])
-    llmsim plan --fleet fleet.yml (--workload trace.jsonl | --rate R ... | --concurrency C --num-requests N ...)
+    llmsim plan (--model M [--replicas N] | --fleet fleet.yml)
+                (--workload trace.jsonl | --rate R --duration D --prompt-tokens N --output-tokens N
+                 [--shared-prefix-tokens K] | --concurrency C --num-requests N ...)
                 [--router R] [--compare R1,R2,...] [--rates R1,R2,... --slo ttft_p99=500]
                 [--replicas-for-slo --slo ...]
 
+One path for one replica and many: ``--model`` alone is a fleet of one replica of it, run by the
+same event loop, printed by the same table (without the fleet's row) and written as the same JSON.
+
 A workload file is a trace: JSON lines or a YAML (or JSON) list of ``{arrival, prompt_tokens,
-output_tokens[, abort_at]}`` with arrival in seconds, or with the prompt given as token ids or as
-a shared prefix group (see ``llmsim.fleet.trace_file``). ``--model`` with only the single-replica
-flags prints the single-replica table; any fleet flag (``--replicas``, ``--router``,
-``--concurrency``, a workload shape, a sweep) runs ``--model`` as a fleet.
+output_tokens[, abort_at, adapter]}`` with arrival in seconds, or with the prompt given as token
+ids or as a shared prefix group (see ``llmsim.fleet.trace_file``). A request naming a LoRA adapter
+the replicas do not serve is an error naming the file, the line and the adapter (vLLM answers 404).
 
 Requests with token ids (or prefix groups) share prefix-cache blocks with those that have the same
-leading ids; requests known only by their length share nothing. ``--shared-prefix-tokens K`` gives
-every Poisson request of a single replica the same first K prompt tokens (a shared system prompt).
+leading ids; requests known only by their length share nothing. ``--shared-prefix-tokens K`` starts
+every generated prompt with the same K tokens (a shared system prompt: ``--system-prompt-tokens K``
+with the rest of ``--prompt-tokens`` the request's own).
 """
 
 from __future__ import annotations
@@ -22,17 +25,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from llmsim.config import ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
-from llmsim.engine.scheduler import SchedulerParams, SimulationSummary, WorkloadItem, poisson_workload, simulate
+from llmsim.engine.scheduler import SchedulerParams
 from llmsim.errors import ConfigError
 from llmsim.fleet import (
     ARRIVAL_PATTERNS,
@@ -55,17 +56,15 @@ from llmsim.fleet import (
 )
 from llmsim.fleet.report import (
     comparison_json,
-    compiled_core,
     format_comparison,
     format_plan,
     format_search,
     format_sweep,
     plan_json,
     search_json,
-    speed_line,
-    speedup,
     sweep_json,
 )
+from llmsim.fleet.simulation import served_adapters
 from llmsim.runtime import scheduler_params
 
 
@@ -91,10 +90,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--shared-prefix-tokens",
         type=int,
         default=0,
-        help="with --rate and --model: the first N prompt tokens are the same in every request (a shared system prompt)",
+        help="with --rate: the first N of --prompt-tokens are the same in every request (a shared system prompt)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default 0)")
-    shapes = p.add_argument_group("workload shapes (with --rate or --rates; any of them runs a fleet)")
+    shapes = p.add_argument_group("workload shapes (with --rate or --rates)")
     shapes.add_argument("--arrivals", choices=ARRIVAL_PATTERNS, help="arrival pattern (default poisson)")
     shapes.add_argument("--burst-size", type=int, help="requests per burst (--arrivals bursts)")
     shapes.add_argument("--system-prompt-tokens", type=int, help="a shared system prompt before every prompt")
@@ -121,49 +120,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=run)
 
 
-_FLEET_FLAGS = (
-    "fleet",
-    "concurrency",
-    "arrivals",
-    "burst_size",
-    "system_prompt_tokens",
-    "system_prompts",
-    "turns",
-    "think_time",
-    "router",
-    "replicas",
-    "scrape_interval_ms",
-    "compare",
-    "rates",
-    "vary",
-)
-
-
-def run(args: argparse.Namespace) -> int:
-    if any(getattr(args, name) is not None for name in _FLEET_FLAGS) or args.replicas_for_slo or args.slo:
-        return run_fleet(args)
-    try:
-        config = load_models_config(args.config)
-        file = str(args.config) if args.config else EMBEDDED_MODELS
-        params = _model_params(config, args.model, file)
-        workload = _workload(args)
-    except (ConfigError, ValueError, OSError) as exc:
-        print(f"llmsim plan: {exc}", file=sys.stderr)
-        return 2
-    wall_start = time.perf_counter()
-    try:
-        result = simulate(params, workload)
-    except ValueError as exc:
-        print(f"llmsim plan: {exc}", file=sys.stderr)
-        return 2
-    wall = time.perf_counter() - wall_start
-    summary = result.summary()
-    print(format_summary(args.model, params, summary, wall))
-    if args.json_path is not None:
-        args.json_path.write_text(json.dumps(summary_json(args.model, params, summary, wall), indent=2) + "\n")
-    return 0
-
-
 def _model_params(config: ModelsConfig, model: str, file: str) -> SchedulerParams:
     names = [m.name for m in config.models]
     if model not in names:
@@ -179,61 +135,7 @@ def _missing(args: argparse.Namespace, flag: str, needed: tuple[str, ...]) -> No
         raise ValueError(f"{flag} needs {', '.join(missing)}")
 
 
-def _workload(args: argparse.Namespace) -> list[WorkloadItem]:
-    if args.workload is not None:
-        return load_workload(args.workload)
-    if args.rate is None:
-        raise ValueError("give --workload or --rate")
-    _missing(args, "--rate", ("duration", "prompt-tokens", "output-tokens"))
-    items = poisson_workload(args.rate, args.duration, args.prompt_tokens, args.output_tokens, args.seed)
-    shared = args.shared_prefix_tokens
-    if shared:
-        if not 0 < shared <= args.prompt_tokens:
-            raise ValueError("--shared-prefix-tokens must be between 1 and --prompt-tokens")
-        items = with_shared_prefix(items, shared)
-    return items
-
-
-#: Token ids of the shared prefix start here; each request's own tokens lie above SHARED_PREFIX_IDS
-#: + its index x prompt length, so no two requests share anything but the prefix.
-SHARED_PREFIX_IDS = 1_000
-UNIQUE_IDS = 1_000_000
-
-
-def with_shared_prefix(items: list[WorkloadItem], shared: int) -> list[WorkloadItem]:
-    """The same requests, each with token ids: ``shared`` common leading tokens, then tokens of its own."""
-    prefix = tuple(range(SHARED_PREFIX_IDS, SHARED_PREFIX_IDS + shared))
-    out = []
-    for i, item in enumerate(items):
-        own = item.prompt_tokens - shared
-        base = UNIQUE_IDS + i * item.prompt_tokens
-        out.append(replace(item, prompt_token_ids=prefix + tuple(range(base, base + own))))
-    return out
-
-
-def load_workload(path: Path, *, token_ids: bool = True) -> list[WorkloadItem]:
-    """A trace as the single-replica workload.
-
-    With ``token_ids`` each request carries its prompt's token ids (explicit ones, or those of its
-    prefix group), so requests that share a prefix share prefix-cache blocks; without, only counts.
-    """
-    return [
-        WorkloadItem(
-            r.arrival,
-            r.prompt_tokens,
-            r.output_tokens,
-            r.abort_at,
-            prompt_token_ids=tuple(r.prompt.token_ids()) if token_ids else None,
-            lora_name=r.adapter,
-        )
-        for r in load_trace(path).requests
-    ]
-
-
-# -- fleets -----------------------------------------------------------------------------------
-
-
-def run_fleet(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         config = load_models_config(args.config)
         file = str(args.config) if args.config else EMBEDDED_MODELS
@@ -249,7 +151,7 @@ def run_fleet(args: argparse.Namespace) -> int:
             raise ValueError("--slo goes with --rates or --replicas-for-slo")
         if args.rates is not None:
             return _run_sweep(args, fleet, slo)
-        workload = _fleet_workload(args)
+        workload = _fleet_workload(args, fleet)
         if args.compare is not None:
             return _run_compare(args, fleet, workload)
         if args.replicas_for_slo:
@@ -294,21 +196,31 @@ def _shape(args: argparse.Namespace, rate: float) -> WorkloadShape:
         "think_time": args.think_time,
     }
     given = {k: v for k, v in fields.items() if v is not None}
-    return WorkloadShape(rate, args.duration, args.prompt_tokens, args.output_tokens, seed=args.seed, **given)
+    prompt_tokens = args.prompt_tokens
+    shared = args.shared_prefix_tokens
+    if shared:
+        if args.system_prompt_tokens is not None:
+            raise ValueError("--shared-prefix-tokens and --system-prompt-tokens cannot be combined")
+        if prompt_tokens is None or not 0 < shared <= prompt_tokens:
+            raise ValueError("--shared-prefix-tokens must be between 1 and --prompt-tokens")
+        given["system_prompt_tokens"] = shared
+        prompt_tokens -= shared
+    return WorkloadShape(rate, args.duration, prompt_tokens, args.output_tokens, seed=args.seed, **given)
 
 
 def _shape_flags(args: argparse.Namespace) -> list[str]:
     names = ("arrivals", "burst_size", "system_prompt_tokens", "system_prompts", "turns", "think_time")
-    return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
+    flags = ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
+    return flags + (["--shared-prefix-tokens"] if args.shared_prefix_tokens else [])
 
 
-def _fleet_workload(args: argparse.Namespace) -> FleetWorkload:
+def _fleet_workload(args: argparse.Namespace, fleet: FleetSpec) -> FleetWorkload:
     if args.workload is not None or args.concurrency is not None:
         flags = _shape_flags(args)
         if flags:
             raise ValueError(f"{', '.join(flags)} go with --rate or --rates")
     if args.workload is not None:
-        return load_trace(args.workload)
+        return load_trace(args.workload, served_adapters(fleet))
     if args.concurrency is not None:
         _missing(args, "--concurrency", ("num-requests", "prompt-tokens", "output-tokens"))
         return closed_loop(args.concurrency, args.num_requests, args.prompt_tokens, args.output_tokens)
@@ -371,69 +283,3 @@ def _run_search(args: argparse.Namespace, fleet: FleetSpec, workload: FleetWorkl
 def _write_json(args: argparse.Namespace, body: dict[str, Any]) -> None:
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(body, indent=2) + "\n")
-
-
-def _ids(value: Any) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
-        raise ValueError("token ids must be a list of non-negative integers")
-    return tuple(value)
-
-
-def _ms(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x * 1000:,.1f}"
-
-
-def format_summary(model: str, params: SchedulerParams, s: SimulationSummary, wall: float) -> str:
-    """The human-readable table."""
-    lines = [
-        f"llmsim plan: {model}, {s.num_requests:,} requests, {s.duration:,.1f} s simulated",
-        f"{'':<12}{'p50':>12}{'p90':>12}{'p99':>12}{'mean':>12}   (ms)",
-    ]
-    for label, p in (("TTFT", s.ttft), ("ITL", s.itl), ("E2E", s.e2e), ("queue time", s.queue_time)):
-        lines.append(f"{label:<12}{_ms(p.p50):>12}{_ms(p.p90):>12}{_ms(p.p99):>12}{_ms(p.mean):>12}")
-    peak = s.kv_peak_used_blocks / s.kv_total_blocks if s.kv_total_blocks else 0.0
-    if params.enable_prefix_caching:
-        rate = "-" if math.isnan(s.prefix_cache_hit_rate) else f"{s.prefix_cache_hit_rate:.1%}"
-        prefix = (
-            f"prefix      {s.prefix_cache_hits:,} of {s.prefix_cache_queries:,} prompt tokens hit the cache"
-            f" (hit rate {rate})"
-        )
-    else:
-        prefix = "prefix      caching off"
-    lines += [
-        f"throughput  {s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s"
-        f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)",
-        f"batch       {s.num_steps:,} steps, mean batch {s.mean_batch_size:.1f},"
-        f" max {params.max_num_sequences} sequences / {params.max_batch_tokens} tokens",
-        f"KV cache    {s.kv_total_blocks + 1:,} blocks of {params.block_size} tokens ({s.kv_total_blocks:,} usable),"
-        f" peak {s.kv_peak_used_blocks:,} used ({peak:.1%}), {s.num_preemptions:,} preemptions",
-        prefix,
-        speed_line(s.duration, wall),
-    ]
-    return "\n".join(lines)
-
-
-def summary_json(model: str, params: SchedulerParams, s: SimulationSummary, wall: float) -> dict[str, Any]:
-    """The summary as plain JSON values (NaN becomes null)."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        return value
-
-    body = asdict(s) | {
-        "model": model,
-        "output_tokens_per_s": s.output_tokens_per_s,
-        "requests_per_s": s.requests_per_s,
-        "block_size": params.block_size,
-        "prefix_cache_hit_rate": s.prefix_cache_hit_rate,
-        "wall_seconds": wall,
-        "speedup": speedup(s.duration, wall),
-        "compiled_core": compiled_core(),
-    }
-    result: dict[str, Any] = clean(body)
-    return result

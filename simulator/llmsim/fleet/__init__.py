@@ -5,7 +5,8 @@ The core (``prompt``, ``workload``, ``spec``, ``replica``, ``router``, ``simulat
 asyncio, no I/O, randomness only from seeds. ``fleet_file`` and ``trace_file`` read the YAML and
 JSON-lines files at the edge, with one-line errors naming file, entry and field.
 
-Entry point for other tools: ``plan_fleet(load_fleet(...), workload)``.
+Entry point for other tools: ``plan_fleet(load_fleet(...), workload)``; one replica with every
+step recorded: ``simulate(params, items)``. This is llmsim's one virtual-time engine.
 """
 
 from llmsim.fleet.fleet_file import load_fleet, parse_fleet
@@ -27,7 +28,7 @@ from llmsim.fleet.prompt import Prompt, Segment
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.replica_view import ReplicaView
 from llmsim.fleet.router import Router, build_router
-from llmsim.fleet.simulation import FleetSimulation, simulate_fleet
+from llmsim.fleet.simulation import FleetSimulation, simulate, simulate_fleet
 from llmsim.fleet.spec import ROUTER_POLICIES, FleetSpec, ReplicaGroup, RouterPolicy, RouterSpec, ScorerWeights
 from llmsim.fleet.trace_file import load_trace, parse_trace
 from llmsim.fleet.workload import (
@@ -36,8 +37,9 @@ from llmsim.fleet.workload import (
     FleetWorkload,
     WorkloadShape,
     closed_loop,
-    from_items,
     generate,
+    poisson_arrivals,
+    poisson_workload,
 )
 
 __all__ = [
@@ -74,14 +76,16 @@ __all__ = [
     "closed_loop",
     "compare_routers",
     "counted_percentiles",
-    "from_items",
     "generate",
     "load_fleet",
     "load_trace",
     "parse_fleet",
     "parse_trace",
     "plan_fleet",
+    "poisson_arrivals",
+    "poisson_workload",
     "replicas_for_slo",
+    "simulate",
     "simulate_fleet",
     "sweep_rates",
 ]

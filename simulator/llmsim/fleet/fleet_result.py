@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, OrderedCounts, ReplicaSummary
-from llmsim.types import FinishReason
+from llmsim.types import FinishReason, StepStats
 
 
 @dataclass(slots=True, init=False)
@@ -86,6 +87,12 @@ class RequestOutcome:
     def aborted(self) -> bool:
         return self.finish_reason is FinishReason.ABORT and not self.rejected
 
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: gaps between consecutive releases (needs the token times kept)."""
+        t = self.token_times
+        return [t[i] - t[i - 1] for i in range(1, len(t))]
+
 
 @dataclass(slots=True)
 class ReplicaReport:
@@ -120,6 +127,11 @@ class FleetResult:
     replicas: list[ReplicaReport]
     # Simulated time of the last step's end (or of the last event, if no step ran).
     end: float
+    # Every step's stats, in the order steps ended (recorded by ``simulate``; else empty).
+    steps: list[StepStats] = field(default_factory=list)
+    # The first replica's prefix cache at the end: each cached block hash and how many blocks
+    # hold it (what a subscriber to its KV-cache events rebuilds; recorded by ``simulate``).
+    cached_blocks: dict[BlockHash, int] = field(default_factory=dict)
 
     def summary(self) -> FleetSummary:
         sent = [r for r in self.requests if r.replica >= 0]
@@ -157,6 +169,8 @@ class FleetResult:
             load_imbalance=max(routed) / mean_routed if mean_routed > 0 else math.nan,
             prefix_hit_rate=fleet.hit_rate(),
             replicas=tuple(replicas),
+            prefix_hit_tokens=fleet.hit_tokens,
+            prefix_query_tokens=fleet.query_tokens,
         )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
-from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.engine.scheduler.percentiles import Percentiles
 
 
 class OrderedCounts:
@@ -207,6 +207,9 @@ class FleetSummary:
     load_imbalance: float
     prefix_hit_rate: float
     replicas: tuple[ReplicaSummary, ...]
+    # The hit rate's terms: prompt tokens served from the prefix caches, and looked up in them.
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
 
     @property
     def output_tokens_per_s(self) -> float:

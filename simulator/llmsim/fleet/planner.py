@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.engine.scheduler.percentiles import Percentiles
 from llmsim.fleet.fleet_result import FleetResult
 from llmsim.fleet.fleet_summary import FleetSummary
 from llmsim.fleet.simulation import simulate_fleet

@@ -158,12 +158,16 @@ class BlockHasher:
     their own segments are hashed.
     """
 
-    __slots__ = ("_codes", "_last", "_memo", "block_size")
+    __slots__ = ("_codes", "_last", "_memo", "_root", "_salt", "block_size")
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, salt: str = "") -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
+        # Put before every key, and the root of every chain: identities of another space (a LoRA
+        # adapter's blocks, which vLLM keys by the adapter too: they never hit the base model's).
+        self._salt = salt
+        self._root = _ROOT if not salt else _code(salt)
         self._codes: dict[str, int] = {}
         # Segments -> (block identities, pieces of the partial block, its length, last identity).
         self._memo: dict[tuple[Segment, ...], _Chain] = {}
@@ -205,8 +209,8 @@ class BlockHasher:
             done, partial, filled, parent = memo[segments[:k]]
             hashes = list(done)
         else:
-            hashes, partial, filled, parent = [], (), 0, _ROOT
-        if parent == _ROOT and not filled:
+            hashes, partial, filled, parent = [], (), 0, self._root
+        if parent == self._root and not filled:
             # Nothing but empty segments so far. The first segment with tokens, if synthetic: its
             # whole blocks need no chain, they are numbered from its code (no hashing at all).
             while k < len(segments) and not segments[k].length:
@@ -273,7 +277,7 @@ class BlockHasher:
         if code is None:
             if len(self._codes) >= _MEMO_SIZE:
                 self._codes.clear()
-            code = self._codes[key] = _code(key)
+            code = self._codes[key] = _code(self._salt + key)
         return code
 
 

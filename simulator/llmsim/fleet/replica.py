@@ -1,10 +1,10 @@
 """One replica of a fleet: a :class:`Scheduler` stepped by the fleet's event loop, and what a gateway
 last scraped of it.
 
-The replica follows ``simulate()``'s rules exactly (a request joins the first step starting at or
-after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
-so a one-replica fleet reproduces ``simulate()`` token for token. Like ``simulate()`` it jumps
-over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
+The replica follows the live driver's rules exactly (a request joins the first step starting at
+or after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
+so a one-replica fleet (``simulate()``) gives the live engine's timeline token for token
+(``tests/engine/scheduler/test_driver.py``). It jumps over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
 then hears from it only when a request finishes or the run ends, and a request routed to it, or
 a client leaving it, cuts the run short where the stepping loop would have seen them.
 
@@ -28,7 +28,8 @@ import dataclasses
 import math
 from collections.abc import Sequence as Seq
 
-from llmsim.engine.scheduler.block_hash import BlockHash
+from llmsim.engine.base import EngineObserver
+from llmsim.engine.scheduler.block_hash import BlockHash, ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import ItlGaps, Scheduler, SchedulerOutput, admission_cutoff, ready_time
@@ -57,6 +58,16 @@ class Replica(ReplicaView):
         size); None when the replica does not cache prefixes.
     fast_forward:
         Jump over runs of decode steps (False: step every one, the reference).
+    observer:
+        Receives every step's stats as the step ends, KV-cache events included (None: nobody
+        listens, and the replica records no KV-cache events).
+    audit:
+        Check after every step that the block pool agrees exactly with the running sequences
+        (O(blocks) per step: for tests).
+
+    Requests name a LoRA adapter of ``params.lora`` (loaded at startup, as vLLM's
+    ``--lora-modules``) or none; a request whose token ids are known (one explicit segment) has
+    its blocks hashed as vLLM hashes them (chained sha256 of the ids, adapter included).
 
     Methods that take ``passed`` are called at the current instant of the fleet loop; ``passed``
     says whether a step of this replica's run that starts at exactly that instant has started
@@ -64,13 +75,20 @@ class Replica(ReplicaView):
     """
 
     __slots__ = (
+        "_audit",
+        "_duration",
         "_fast_forward",
         "_hasher",
+        "_hashers",
+        "_id_hashes",
         "_interval",
+        "_loras",
+        "_observer",
         "_paused",
         "_phase",
         "_scrape_index",
         "_step_duration",
+        "_watched",
         "batch_total",
         "busy_time",
         "deadline",
@@ -101,11 +119,13 @@ class Replica(ReplicaView):
         hasher: BlockHasher | None = None,
         *,
         fast_forward: bool = True,
+        observer: EngineObserver | None = None,
+        audit: bool = False,
     ) -> None:
         super().__init__(params.block_size)
         self.index = index
         self.name = name
-        if params.enable_kv_cache_events:
+        if params.enable_kv_cache_events and observer is None:
             # Nobody subscribes in a plan: recording would only grow a list.
             params = dataclasses.replace(params, enable_kv_cache_events=False)
         self.scheduler: Scheduler[Sequence] = Scheduler(params)
@@ -114,6 +134,22 @@ class Replica(ReplicaView):
                 f"replica {name}: block hasher for {hasher.block_size}-token blocks, not {params.block_size}"
             )
         self._hasher = hasher if params.enable_prefix_caching else None
+        # Per adapter: its block identities, apart from the base model's (made when first needed).
+        self._hashers: dict[str, BlockHasher] = {}
+        # Prompt token ids (and adapter) -> their sha256 block hashes: equal prompts hashed once.
+        self._id_hashes: dict[tuple[tuple[int, ...], str | None], list[bytes]] = {}
+        # Adapter name -> (vLLM's lora_int_id, the extra keys on its blocks); all loaded at startup.
+        self._loras: dict[str, tuple[int, ExtraKeys]] = {}
+        if params.lora is not None:
+            for i, (adapter, path) in enumerate(params.lora.adapters, start=1):
+                self._loras[adapter] = (i, lora_extra_keys(adapter, path))
+                self.scheduler.load_lora(adapter)
+        self._observer = observer
+        self._audit = audit
+        # Whether someone looks at every step (an observer, or the audit).
+        self._watched = observer is not None or audit
+        # The duration of the step in flight (its stats report it).
+        self._duration = 0.0
         self._fast_forward = fast_forward
         self._step_duration = self.scheduler.step_duration
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
@@ -222,13 +258,55 @@ class Replica(ReplicaView):
         hasher = self._hasher
         prompt = request.prompt
         prompt_tokens = prompt.num_tokens
-        if hasher is not None and prompt_tokens > 0:
-            segments = prompt.segments
+        adapter = request.adapter
+        lora_id, keys = 0, None
+        if adapter is not None:
+            lora = self._loras.get(adapter)
+            if lora is None:
+                raise ValueError(f"request {index}: unknown LoRA adapter '{adapter}' on replica {self.name}")
+            lora_id, keys = lora
+        segments = prompt.segments
+        ids = segments[0].ids if len(segments) == 1 else None
+        if ids is not None:
+            # Known token ids: hashed as vLLM hashes them, the answer's as they are computed.
+            answer = request.answer
+            seq = Sequence(
+                RequestId(str(index)),
+                arrival,
+                prompt_tokens,
+                request.output_tokens,
+                prompt_token_ids=ids,
+                output_token_ids=answer.ids if answer is not None else None,
+                lora_name=adapter,
+                lora_id=lora_id,
+                extra_keys=keys,
+            )
+            if hasher is not None:
+                key = (ids, adapter)
+                known = self._id_hashes.get(key)
+                if known is None:
+                    known = self._id_hashes[key] = hash_blocks(ids, self.block_size, keys)
+                seq.block_hashes = list(known)
+            return seq
+        if hasher is not None and prompt_tokens > 0 and request.cacheable:
+            if adapter is not None:
+                hasher = self._hashers.get(adapter) or self._hashers.setdefault(
+                    adapter, BlockHasher(self.block_size, f"lora:{adapter}\0")
+                )
             if request.answer is not None:
                 segments = (*segments, request.answer)
             # Not copied: a sequence without token ids never changes its identities.
             hashes = hasher.of(segments)
-        seq = Sequence(RequestId(str(index)), arrival, prompt_tokens, request.output_tokens, block_hashes=hashes)
+        seq = Sequence(
+            RequestId(str(index)),
+            arrival,
+            prompt_tokens,
+            request.output_tokens,
+            lora_name=adapter,
+            lora_id=lora_id,
+            extra_keys=keys,
+            block_hashes=hashes,
+        )
         if own_from is not None and hashes:
             seq.num_shareable_blocks = own_from // self.block_size
         return seq
@@ -259,7 +337,7 @@ class Replica(ReplicaView):
         run = self.run
         if run is not None:
             started = run.num_starts
-            run.sync(now, starts_at_now=starts_at_now)
+            run.sync(now, starts_at_now=starts_at_now, on_end=self._run_step_ended if self._watched else None)
             assert not run.finished, "a finish inside a run is an event of its own"
             if run.num_starts != started:
                 self._count_run_steps(run, started)
@@ -300,6 +378,7 @@ class Replica(ReplicaView):
         self.in_flight = out
         self.deadline = run.ends[j]
         self.step_start = run.starts[j]
+        self._duration = run.durations[j]
         self.run = None
         self.version += 1
 
@@ -348,7 +427,7 @@ class Replica(ReplicaView):
         self._paused = None
         later = math.inf
         if self.inbox:
-            # As the live engine and simulate(): with async scheduling a request that arrived
+            # As the live engine: with async scheduling a request that arrived
             # during a busy step joins one step later.
             cutoff = admission_cutoff(sched.params, now, self.step_start, bool(sched.running))
             waiting: list[Sequence] = []
@@ -361,7 +440,8 @@ class Replica(ReplicaView):
                     ended.append(seq)
             self.inbox = waiting
         if paused is not None:
-            if paused.absorb(now, later):
+            # A watched run holds no step but decodes (DecodeRun.step_stats reports those).
+            if not self._watched and paused.absorb(now, later):
                 self.version += 1
                 self.run = paused
                 self._count_run_steps(paused, paused.num_starts - 1)
@@ -380,6 +460,7 @@ class Replica(ReplicaView):
         duration = self._step_duration(out)
         self.in_flight = out
         self.step_start = now
+        self._duration = duration
         self.deadline = now + duration
         self.num_steps += 1
         self.busy_time += duration
@@ -398,7 +479,7 @@ class Replica(ReplicaView):
             return True
         self._before_change(now)
         started = run.num_starts
-        run.sync(now, starts_at_now=False)
+        run.sync(now, starts_at_now=False, on_end=self._run_step_ended if self._watched else None)
         if run.num_starts != started:
             self._count_run_steps(run, started)
         if run.finished:
@@ -424,9 +505,24 @@ class Replica(ReplicaView):
         assert out is not None, "no step in flight"
         self.in_flight = None
         self.deadline = math.inf
-        result = self.scheduler.update_from_output(out, now)
+        sched = self.scheduler
+        result = sched.update_from_output(out, now)
         if result.finished:
             ended.extend(result.finished)
+        if self._watched:
+            if self._observer is not None:
+                self._observer.on_step(sched.step_stats(out, self.step_start, self._duration))
+            if self._audit:
+                sched.kv.audit(sched.running)
+
+    def _run_step_ended(self, j: int) -> None:
+        """Step ``j`` of the run in progress ended: what :meth:`finish_step` reports of a stepped one."""
+        run = self.run
+        assert run is not None
+        if self._observer is not None:
+            self._observer.on_step(run.step_stats(j))
+        if self._audit:
+            self.scheduler.kv.audit(self.scheduler.running)
 
     def abort(self, seq: Sequence, now: float, passed: bool = False) -> bool:
         """The client of ``seq`` left at ``now``; False if it had already ended.
@@ -441,7 +537,7 @@ class Replica(ReplicaView):
             self._paused.finish()
             self._paused = None
         if seq.status is SequenceStatus.WAITING and seq in self.inbox:
-            # Still in the inbox: it never reaches the scheduler (as in simulate()).
+            # Still in the inbox: it never reaches the scheduler (as in the live engine).
             self.inbox.remove(seq)
             seq.status = SequenceStatus.ABORTED
             seq.finished_time = now

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from llmsim.engine.scheduler.simulation_summary import Percentiles
+from llmsim.engine.scheduler.percentiles import Percentiles
 from llmsim.fleet import simulation
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
 from llmsim.fleet.planner import FleetPlan, RateSweep, ReplicaSearch, Slo
@@ -29,14 +29,18 @@ def _hit(x: float) -> str:
 def describe_fleet(fleet: FleetSpec) -> str:
     """``6 replicas (4 x h100, 2 x a100) behind least-requests (scrape every 50 ms)``."""
     groups = ", ".join(f"{g.count} x {g.name}" + (f" ({g.model})" if g.model != g.name else "") for g in fleet.groups)
+    n = fleet.num_replicas
+    if n == 1:
+        # No routing to speak of.
+        (group,) = [g for g in fleet.groups if g.count]
+        return f"1 replica of {group.model}"
     r = fleet.router
     view = f"scrape every {r.scrape_interval * 1000:g} ms" if r.scrape_interval > 0 else "live view"
     weights = ""
     if r.policy == "weighted":
         w = r.weights
         weights = f", weights queue {w.queue:g} / kv {w.kv_cache:g} / prefix {w.prefix:g}"
-    n = fleet.num_replicas
-    return f"{n} replica{'s' if n != 1 else ''} ({groups}) behind {r.policy} ({view}{weights})"
+    return f"{n} replicas ({groups}) behind {r.policy} ({view}{weights})"
 
 
 _HEADER = (
@@ -73,8 +77,9 @@ def _replica_row(r: ReplicaSummary, duration: float) -> str:
 
 
 def format_plan(plan: FleetPlan, wall: float) -> str:
-    """The per-replica and fleet table of one run."""
+    """The per-replica and fleet table of one run (one replica: its row, without the fleet's)."""
     s = plan.summary
+    one = plan.fleet.num_replicas == 1
     lines = [
         f"llmsim plan: {describe_fleet(plan.fleet)}",
         f"{s.num_requests:,} requests, {s.duration:,.1f} s simulated   (latencies in ms)",
@@ -84,25 +89,40 @@ def format_plan(plan: FleetPlan, wall: float) -> str:
     busy = math.fsum(r.busy_fraction for r in s.replicas) / len(s.replicas) if s.replicas else math.nan
     batch_steps = sum(r.num_steps for r in s.replicas)
     batch = math.fsum(r.mean_batch_size * r.num_steps for r in s.replicas) / batch_steps if batch_steps else 0.0
-    lines.append(
-        _row(
-            "fleet",
-            s.num_requests,
-            s.latencies,
-            s.output_tokens_per_s,
-            _pct(busy),
-            f"{batch:.1f}",
-            s.num_preemptions,
-            "",
-            s.prefix_hit_rate,
+    if not one:
+        lines.append(
+            _row(
+                "fleet",
+                s.num_requests,
+                s.latencies,
+                s.output_tokens_per_s,
+                _pct(busy),
+                f"{batch:.1f}",
+                s.num_preemptions,
+                "",
+                s.prefix_hit_rate,
+            )
         )
-    )
-    lines += [
+    lines.append(
         f"throughput  {s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s"
-        f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)",
-        f"balance     load imbalance {s.load_imbalance:.2f} (max / mean requests per replica)",
-        speed_line(s.duration, wall),
-    ]
+        f" ({s.num_finished:,} finished, {s.num_aborted:,} aborted, {s.num_rejected:,} refused: queue full)"
+    )
+    if s.prefix_query_tokens:
+        lines.append(
+            f"prefix      {s.prefix_hit_tokens:,} of {s.prefix_query_tokens:,} prompt tokens hit the cache"
+            f" (hit rate {_hit(s.prefix_hit_rate)})"
+        )
+    for group in plan.fleet.groups:
+        p = group.params
+        kv_blocks = next((r.kv_total_blocks for r in s.replicas if r.name.startswith(f"{group.name}/")), 0)
+        if group.count:
+            lines.append(
+                f"KV cache    {group.name}: {kv_blocks + 1:,} blocks of {p.block_size} tokens per replica"
+                f" ({kv_blocks:,} usable), max {p.max_num_sequences} sequences / {p.max_batch_tokens} tokens a step"
+            )
+    if not one:
+        lines.append(f"balance     load imbalance {s.load_imbalance:.2f} (max / mean requests per replica)")
+    lines.append(speed_line(s.duration, wall))
     return "\n".join(lines)
 
 
@@ -247,6 +267,8 @@ def summary_json(s: FleetSummary) -> dict[str, Any]:
         "num_preemptions": s.num_preemptions,
         "load_imbalance": s.load_imbalance,
         "prefix_hit_rate": s.prefix_hit_rate,
+        "prefix_hit_tokens": s.prefix_hit_tokens,
+        "prefix_query_tokens": s.prefix_query_tokens,
         **_latencies(s.latencies),
         "replicas": [
             {

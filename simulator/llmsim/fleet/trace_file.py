@@ -9,8 +9,9 @@ three ways:
   ``prefix_tokens`` tokens, the same text for every request of the group, then a suffix of its
   own. ``prefix_tokens`` is given at least on the group's first request.
 
-Optional: ``adapter`` (a LoRA adapter name, carried to the results: fleets run every request on
-its replica's base model) and ``abort_at`` (when the client goes away). Example::
+Optional: ``adapter`` (a LoRA adapter the replicas serve, as vLLM's ``--lora-modules``: a request
+naming one they do not serve is an error, as vLLM answers it 404) and ``abort_at`` (when the client
+goes away). Example::
 
     {"arrival": 0.00, "prefix_group": "support-bot", "prefix_tokens": 1200, "suffix_tokens": 80, "output_tokens": 150}
     {"arrival": 0.02, "prompt_tokens": 900, "output_tokens": 40, "adapter": "sql-lora"}
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,8 +83,11 @@ def _entries(text: str, file: str) -> list[tuple[str, Any]]:
     return [(f"request {i}", entry) for i, entry in enumerate(raw)]
 
 
-def parse_trace(text: str, file: str) -> FleetWorkload:
-    """The requests of a trace, in file order. Raises ConfigError naming the line and the field."""
+def parse_trace(text: str, file: str, adapters: Collection[str] | None = None) -> FleetWorkload:
+    """The requests of a trace, in file order. Raises ConfigError naming the line and the field.
+
+    With ``adapters`` (those every replica serves), a request naming another is refused there.
+    """
     requests: list[FleetRequest] = []
     group_lengths: dict[str, int] = {}
     for index, (label, raw) in enumerate(_entries(text, file)):
@@ -93,6 +98,11 @@ def parse_trace(text: str, file: str) -> FleetWorkload:
             messages = {"missing": "required field is missing", "extra_forbidden": "unknown field"}
             message = messages.get(err["type"], str(err["msg"]).removeprefix("Value error, "))
             raise ConfigError(file, message, entry=label, field=format_loc(err["loc"]) or None) from None
+        if adapters is not None and entry.adapter is not None and entry.adapter not in adapters:
+            served = ", ".join(sorted(adapters)) or "none"
+            raise ConfigError(
+                file, f"unknown LoRA adapter '{entry.adapter}' (served: {served})", entry=label, field="adapter"
+            )
         if entry.prompt_token_ids is not None:
             ids = tuple(entry.prompt_token_ids)
             prompt = Prompt((Segment(f"ids:{index}", len(ids), ids),))
@@ -125,8 +135,8 @@ def parse_trace(text: str, file: str) -> FleetWorkload:
     return FleetWorkload(tuple(requests))
 
 
-def load_trace(path: str | Path) -> FleetWorkload:
-    """Read a trace file. Raises ConfigError."""
+def load_trace(path: str | Path, adapters: Collection[str] | None = None) -> FleetWorkload:
+    """Read a trace file (``adapters``: see :func:`parse_trace`). Raises ConfigError."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -134,4 +144,4 @@ def load_trace(path: str | Path) -> FleetWorkload:
         raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    return parse_trace(text, str(p))
+    return parse_trace(text, str(p), adapters)

@@ -15,11 +15,9 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals
 from llmsim.fleet.prompt import Prompt, Segment
 
 ArrivalPattern = Literal["poisson", "constant", "bursts"]
@@ -38,17 +36,58 @@ class FleetRequest:
     follows: int | None = None
     # When the client goes away (absolute seconds); only for requests with an absolute arrival.
     abort_at: float | None = None
-    # LoRA adapter named by the request: carried to the results, not simulated in fleets (a
-    # replica runs every request on its base model).
+    # LoRA adapter the request names (one of its replica's adapters; None: the base model).
     adapter: str | None = None
-    # The text of the output tokens, when a later prompt quotes it (the next turn of a
-    # conversation): the blocks the answer fills are then cached under the same identities as
+    # The text of the output tokens (of the first ones, if shorter), when a later prompt quotes
+    # it (the next turn of a conversation): the blocks the answer fills are then cached under the same identities as
     # that prompt's, as vLLM caches output blocks. None: an answer nobody quotes.
     answer: Segment | None = None
+    # False: the prefix cache sees none of its blocks (a single-replica workload item given
+    # without token ids: it neither hits nor is hit, not even by itself after a preemption).
+    cacheable: bool = True
 
     @property
     def prompt_tokens(self) -> int:
         return self.prompt.num_tokens
+
+    @property
+    def prompt_token_ids(self) -> tuple[int, ...] | None:
+        """The prompt's token ids when it gives them (one explicit segment), else None."""
+        segments = self.prompt.segments
+        return segments[0].ids if len(segments) == 1 else None
+
+    @property
+    def output_token_ids(self) -> tuple[int, ...] | None:
+        """The ids of its (first) outputs, when given."""
+        return self.answer.ids if self.answer is not None else None
+
+    @classmethod
+    def of(
+        cls,
+        arrival: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        abort_at: float | None = None,
+        prompt_token_ids: tuple[int, ...] | None = None,
+        output_token_ids: tuple[int, ...] | None = None,
+        *,
+        adapter: str | None = None,
+    ) -> FleetRequest:
+        """A request known by its lengths, or by its token ids (a trace's, a benchmark's).
+
+        With ``prompt_token_ids`` (``prompt_tokens`` of them) its blocks are hashed from the ids,
+        as vLLM hashes them, and ``output_token_ids`` (its first outputs') extend them as they are
+        computed. Without, the prefix cache cannot see its content: it neither hits nor is hit.
+        """
+        known = prompt_token_ids is not None and len(prompt_token_ids) == prompt_tokens
+        if known:
+            prompt = Prompt((Segment("ids", prompt_tokens, prompt_token_ids),))
+        else:
+            prompt = Prompt.unique("request", prompt_tokens)
+        answer = None
+        if known and output_token_ids is not None and len(output_token_ids) <= output_tokens:
+            answer = Segment("answer-ids", len(output_token_ids), output_token_ids)
+        return cls(prompt, output_tokens, arrival, None, abort_at, adapter, answer, cacheable=known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +110,8 @@ class FleetWorkload:
                     raise ValueError(f"request {i}: follows must name an earlier request, got {r.follows}")
                 if r.abort_at is not None:
                     raise ValueError(f"request {i}: abort_at needs an absolute arrival (not follows)")
-            if r.answer is not None and r.answer.length != r.output_tokens:
-                raise ValueError(f"request {i}: the answer segment must be output_tokens long")
+            if r.answer is not None and r.answer.length > r.output_tokens:
+                raise ValueError(f"request {i}: the answer segment must be at most output_tokens long")
 
     def own_text_starts(self) -> list[int | None]:
         """Per request: the token where text no other request holds begins, in its prompt and then
@@ -104,23 +143,24 @@ class FleetWorkload:
         return len(self.requests)
 
 
-def from_items(items: Sequence[WorkloadItem]) -> FleetWorkload:
-    """The single-replica workload format as a fleet workload.
+def poisson_arrivals(rate: float, duration: float, seed: int = 0) -> list[float]:
+    """Arrival times of a Poisson process of ``rate`` per second over ``[0, duration)``; same seed, same list."""
+    if rate <= 0 or duration < 0:
+        raise ValueError("rate must be > 0 and duration >= 0")
+    rng = random.Random(seed)
+    arrivals: list[float] = []
+    t = rng.expovariate(rate)
+    while t < duration:
+        arrivals.append(t)
+        t += rng.expovariate(rate)
+    return arrivals
 
-    Token ids, where an item gives them, become explicit segments (prompts that share leading
-    ids share cached blocks, as in ``simulate()``); an item's output ids become its answer.
-    """
-    requests = []
-    for i, it in enumerate(items):
-        if it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.prompt_tokens:
-            prompt = Prompt((Segment(f"ids:{i}", it.prompt_tokens, it.prompt_token_ids),))
-        else:
-            prompt = Prompt.unique(f"request:{i}", it.prompt_tokens)
-        answer = None
-        if it.output_token_ids is not None and len(it.output_token_ids) == it.output_tokens:
-            answer = Segment(f"answer-ids:{i}", it.output_tokens, it.output_token_ids)
-        requests.append(FleetRequest(prompt, it.output_tokens, it.arrival, None, it.abort_at, answer=answer))
-    return FleetWorkload(tuple(requests))
+
+def poisson_workload(
+    rate: float, duration: float, prompt_tokens: int, output_tokens: int, seed: int = 0
+) -> list[FleetRequest]:
+    """Fixed-length requests arriving as a seeded Poisson process (an open loop), known by their lengths."""
+    return [FleetRequest.of(t, prompt_tokens, output_tokens) for t in poisson_arrivals(rate, duration, seed)]
 
 
 def closed_loop(concurrency: int, num_requests: int, prompt_tokens: int, output_tokens: int) -> FleetWorkload:

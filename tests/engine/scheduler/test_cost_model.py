@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import CostModel, WorkloadItem, simulate
+from llmsim.engine.scheduler import CostModel
+from llmsim.fleet import FleetRequest, simulate
 
 from .builders import BANDWIDTH, FLOPS, KV_PER_TOKEN, PARAMS, WEIGHTS, roofline, seed_params
 
@@ -33,7 +34,7 @@ def test_the_per_sequence_overhead_adds_for_each_sequence_in_the_step() -> None:
     assert cost.step_duration(8192, 8192, 4) == pytest.approx(2 * PARAMS * 8192 / FLOPS + 0.001 + 4 * 0.0002)
     # Three 16-token prompts prefill in one step (3 sequences), then decode in lockstep: decode
     # step j computes 3 tokens and reads 3 x (16 + j) tokens of KV.
-    result = simulate(params, [WorkloadItem(0.0, 16, 3)] * 3)
+    result = simulate(params, [FleetRequest.of(0.0, 16, 3)] * 3)
     for r in result.requests:
         assert r.ttft == pytest.approx(roofline(48, 48) + 0.001 + 3 * 0.0002, rel=1e-12)
         assert r.itl == pytest.approx([roofline(3, 3 * (16 + j)) + 0.0016 for j in (1, 2)], rel=1e-12)
@@ -41,7 +42,7 @@ def test_the_per_sequence_overhead_adds_for_each_sequence_in_the_step() -> None:
 
 def test_one_short_request_decodes_at_about_4_5_ms_per_token() -> None:
     # Prompt 16, 10 outputs: decode step j (1..9) computes token 16 + j and reads 16 + j tokens.
-    result = simulate(seed_params(), [WorkloadItem(0.0, 16, 10)])
+    result = simulate(seed_params(), [FleetRequest.of(0.0, 16, 10)])
     (r,) = result.requests
     assert r.ttft == pytest.approx(roofline(16, 16), rel=1e-12)
     assert r.itl == pytest.approx([roofline(1, 16 + j) for j in range(1, 10)], rel=1e-12)
@@ -52,8 +53,8 @@ def test_29_requests_at_4k_context_share_an_itl_of_about_25_ms() -> None:
     # A budget of 29 x 4000 tokens prefills all prompts in one step, so the 29 decode in lockstep:
     # decode step j reads 29 x (4000 + j) tokens of KV, ~62 GB -> ~25 ms for everyone.
     params = seed_params(max_batch_tokens=29 * 4000)
-    result = simulate(params, [WorkloadItem(0.0, 4000, 96)] * 29)
+    result = simulate(params, [FleetRequest.of(0.0, 4000, 96)] * 29)
     expected = [roofline(29, 29 * (4000 + j)) for j in range(1, 96)]
     for r in result.requests:
         assert r.itl == pytest.approx(expected, rel=1e-9)
-    assert result.summary().itl.p50 == pytest.approx(0.025, rel=0.02)
+    assert result.summary().latencies.itl.p50 == pytest.approx(0.025, rel=0.02)

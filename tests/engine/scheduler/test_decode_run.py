@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import Scheduler, SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import Scheduler, SchedulerParams
 from llmsim.engine.scheduler.params import LoraParams
-from llmsim.engine.scheduler.virtual import SimulationResult
+from llmsim.fleet import FleetRequest, FleetResult, simulate
 
 from .builders import roofline, seed_params, tiny_params
 
@@ -19,7 +19,7 @@ _FAMILIES = [tuple(range(1000 * f, 1000 * f + 96)) for f in range(1, 3)]
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
+def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[FleetRequest]]:
     """Small configs with long outputs (long decode runs), caching, LoRA and async scheduling on or off."""
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     num_blocks = draw(st.integers(3, 32))
@@ -58,26 +58,27 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
         arrival = draw(st.integers(0, 1500)) / 1000
         abort_at = draw(st.none() | st.integers(0, 2000).map(lambda ms: ms / 1000))
         adapter = draw(st.sampled_from([None, "x", "y"])) if lora is not None else None
-        items.append(WorkloadItem(arrival, prompt, output, abort_at, ids, outputs, lora_name=adapter))
+        items.append(FleetRequest.of(arrival, prompt, output, abort_at, ids, outputs, adapter=adapter))
     return params, items
 
 
-def timeline(result: SimulationResult) -> Any:
+def timeline(result: FleetResult) -> Any:
     return (
         [
-            (r.token_times, r.finish_reason, r.ttft, r.e2e, r.queue_time, r.num_preemptions, r.num_cached_tokens)
+            (r.token_times, r.finish_reason, r.ttft, r.e2e, r.queue_time, r.num_preemptions, r.prefix_hit_tokens)
             for r in result.requests
         ],
         result.steps,
-        result.kv_peak_used_blocks,
+        result.replicas[0].kv_peak_used_blocks,
         result.cached_blocks,
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_jumping_over_decode_runs_gives_the_stepping_loop_s_timeline(
-    scenario: tuple[SchedulerParams, list[WorkloadItem]],
+    scenario: tuple[SchedulerParams, list[FleetRequest]],
 ) -> None:
     params, items = scenario
     stepped = simulate(params, items, fast_forward=False, audit=True)
@@ -105,8 +106,8 @@ class _Counting(Scheduler[Any]):
 def test_a_steady_batch_is_jumped_over_not_stepped(monkeypatch: pytest.MonkeyPatch) -> None:
     # 64 requests at once, 512 + 256 tokens: 4 prefill steps (8,192-token budget), then 255
     # decode steps in which nothing but lengths changes, then everyone finishes together.
-    monkeypatch.setattr("llmsim.engine.scheduler.virtual.Scheduler", _Counting)
-    items = [WorkloadItem(0.0, 512, 256) for _ in range(64)]
+    monkeypatch.setattr("llmsim.fleet.replica.Scheduler", _Counting)
+    items = [FleetRequest.of(0.0, 512, 256) for _ in range(64)]
     _Counting.decided = 0
     jumped = simulate(seed_params(), items)
     decided_jumping = _Counting.decided
@@ -122,18 +123,18 @@ def test_a_run_s_step_times_are_the_roofline_of_a_shrinking_batch() -> None:
     # Two requests of 16-token prompts, 3 and 5 output tokens, alone: one prefill step of 32
     # tokens, then decodes. Decode step j reads both contexts, 17 + j tokens each, until the
     # first request's last token (its 3rd); then the second decodes alone, at 20 and 21 tokens.
-    result = simulate(seed_params(), [WorkloadItem(0.0, 16, 3), WorkloadItem(0.0, 16, 5)])
+    result = simulate(seed_params(), [FleetRequest.of(0.0, 16, 3), FleetRequest.of(0.0, 16, 5)])
     t = roofline(32, 32)
     expected = [t]
     for ctx in (34, 36):
         t += roofline(2, ctx)
         expected.append(t)
     short, long = result.requests
-    assert short.token_times == expected
+    assert list(short.token_times) == expected
     for ctx in (19, 20):
         t += roofline(1, ctx)
         expected.append(t)
-    assert long.token_times == expected
+    assert list(long.token_times) == expected
     assert [s.batch_size for s in result.steps] == [2, 2, 2, 1, 1]
 
 
@@ -143,8 +144,8 @@ def test_a_run_caches_the_output_block_its_first_step_fills(fast_forward: bool) 
     # computes that token, filling block [1, 2, 3, 4], which is cached. B, sent after A ended,
     # starts with those 4 ids and hits the block.
     params = tiny_params(16, block_size=4)
-    a = WorkloadItem(0.0, 3, 10, prompt_token_ids=(1, 2, 3), output_token_ids=(4,))
-    b = WorkloadItem(1.0, 7, 2, prompt_token_ids=(1, 2, 3, 4, 5, 6, 7))
+    a = FleetRequest.of(0.0, 3, 10, prompt_token_ids=(1, 2, 3), output_token_ids=(4,))
+    b = FleetRequest.of(1.0, 7, 2, prompt_token_ids=(1, 2, 3, 4, 5, 6, 7))
     result = simulate(params, [a, b], fast_forward=fast_forward)
     assert result.requests[0].e2e < 1.0
-    assert result.requests[1].num_cached_tokens == 4
+    assert result.requests[1].prefix_hit_tokens == 4

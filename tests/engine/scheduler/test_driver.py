@@ -12,7 +12,8 @@ import pytest
 
 from llmsim.engine.clock import MonotonicClock
 from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
-from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerEngine, SchedulerParams
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.types import FinishReason, GenerationPlan, Pacing, RequestId, RequestStats, StepStats, TokenEvent
 from tests.engine.streams import run
 
@@ -98,18 +99,18 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(
     # prefix-cache hits and admission rules (sync or async scheduling, a request overhead) included.
     # Arrivals are whole milliseconds, away from the (irrational) step boundaries.
     workload = [
-        WorkloadItem(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
-        WorkloadItem(0.003, 50, 30),
-        WorkloadItem(0.011, 9000, 5),
-        WorkloadItem(0.200, 10, 10),
-        WorkloadItem(1.500, 700, 3, prompt_token_ids=SHARED),
-        WorkloadItem(1.520, 700, 3, prompt_token_ids=SHARED),
+        FleetRequest.of(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
+        FleetRequest.of(0.003, 50, 30),
+        FleetRequest.of(0.011, 9000, 5),
+        FleetRequest.of(0.200, 10, 10),
+        FleetRequest.of(1.500, 700, 3, prompt_token_ids=SHARED),
+        FleetRequest.of(1.520, 700, 3, prompt_token_ids=SHARED),
     ]
     rec = Recorder()
     params = seed_params(async_scheduling=async_scheduling, request_overhead_s=request_overhead)
     engine, clock = await started(params, rec)
 
-    async def client(i: int, item: WorkloadItem) -> list[float]:
+    async def client(i: int, item: FleetRequest) -> list[float]:
         await asyncio.sleep(item.arrival)
         stamp = clock.now()
         assert stamp == item.arrival
@@ -118,7 +119,7 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(
 
     got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
     expected = simulate(params, workload)
-    assert [r.num_cached_tokens for r in expected.requests] == [0, 0, 0, 0, 288, 688]
+    assert [r.prefix_hit_tokens for r in expected.requests] == [0, 0, 0, 0, 288, 688]
     for times, r in zip(got, expected.requests, strict=True):
         assert times == pytest.approx(r.token_times, rel=1e-12)
     assert [s.start for s in rec.steps] == pytest.approx([s.start for s in expected.steps], rel=1e-12)
@@ -245,7 +246,7 @@ async def test_admission_follows_the_simulated_timeline_not_the_host(behind: flo
     requests as an on-time one, and exactly those the virtual-time core refuses."""
     params = seed_params(max_num_sequences=2, max_waiting_requests=4)
     arrivals = [0.002 * i for i in range(20)]
-    expected = simulate(params, [WorkloadItem(t, 2000, 3) for t in arrivals])
+    expected = simulate(params, [FleetRequest.of(t, 2000, 3) for t in arrivals])
     refused_expected = [r.index for r in expected.requests if r.rejected]
     assert 0 < len(refused_expected) < 20  # the limit bites, but not on everyone
 

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.types import FinishReason
 
 from .builders import FLOPS, PARAMS, roofline, seed_params, sized_params
@@ -23,8 +23,8 @@ def test_e1_batching_64_streams_get_38x_the_throughput_for_1_56x_the_step_time()
     p, o = 128, 200
     one = [roofline(p, p)] + [roofline(1, p + j) for j in range(1, o)]
     many = [roofline(64 * p, 64 * p)] + [roofline(64, 64 * (p + j)) for j in range(1, o)]
-    single = simulate(seed_params(), [WorkloadItem(0.0, p, o)])
-    batch = simulate(seed_params(), [WorkloadItem(0.0, p, o)] * 64)
+    single = simulate(seed_params(), [FleetRequest.of(0.0, p, o)])
+    batch = simulate(seed_params(), [FleetRequest.of(0.0, p, o)] * 64)
     assert [s.duration for s in single.steps] == pytest.approx(one, rel=1e-9)
     assert [s.duration for s in batch.steps] == pytest.approx(many, rel=1e-9)
     assert all(r.token_times[-1] == pytest.approx(sum(many), rel=1e-9) for r in batch.requests)
@@ -44,7 +44,7 @@ def test_e2_context_16x_the_prompt_makes_each_step_about_2_8x_slower() -> None:
     # prompt in one step, so decode step j reads 32 x (prompt + j) tokens in both runs.
     def decode_steps(prompt: int) -> list[float]:
         params = seed_params(max_batch_tokens=32 * 2048)
-        result = simulate(params, [WorkloadItem(0.0, prompt, 200)] * 32)
+        result = simulate(params, [FleetRequest.of(0.0, prompt, 200)] * 32)
         return [s.duration for s in result.steps if s.num_prefill_tokens == 0]
 
     short, long = decode_steps(128), decode_steps(2048)
@@ -58,7 +58,7 @@ def test_e3_one_long_prompt_stalls_16_decoders_for_one_full_budget_step(budget: 
     # 16 streams (prompt 128, 400 outputs) decode; at 0.1 s a prompt of 8,176 tokens arrives.
     # A step is then 16 decode tokens plus the largest chunk that fits: budget tokens in all,
     # compute-bound at 2 x params x budget / FLOPS: 111.7 ms at 8,192, 27.9 ms at 2,048.
-    workload = [WorkloadItem(0.0, 128, 400)] * 16 + [WorkloadItem(0.1, 8176, 64)]
+    workload = [FleetRequest.of(0.0, 128, 400)] * 16 + [FleetRequest.of(0.1, 8176, 64)]
     result = simulate(seed_params(max_batch_tokens=budget), workload)
     stall = 2 * PARAMS * budget / FLOPS
     decoders = result.requests[:16]
@@ -70,7 +70,7 @@ def test_e3_one_long_prompt_stalls_16_decoders_for_one_full_budget_step(budget: 
 
 
 def test_e3_a_smaller_budget_serves_the_same_tokens_in_about_the_same_time() -> None:
-    workload = [WorkloadItem(0.0, 128, 400)] * 16 + [WorkloadItem(0.1, 8176, 64)]
+    workload = [FleetRequest.of(0.0, 128, 400)] * 16 + [FleetRequest.of(0.1, 8176, 64)]
     big, small = (simulate(seed_params(max_batch_tokens=b), workload) for b in (8192, 2048))
     assert big.summary().output_tokens == small.summary().output_tokens == 16 * 400 + 64
     # Prefill is compute-bound either way, so its total time barely changes; the small budget
@@ -84,19 +84,19 @@ def test_e4_the_kv_cache_not_max_num_sequences_decides_how_many_run() -> None:
     # 9 x ceil((2000 + 100 - 1) / 16) = 9 x 132 = 1,188 blocks: the 9 never outgrow the cache.
     blocks = 1188
     params = sized_params(blocks, max_num_sequences=64)
-    result = simulate(params, [WorkloadItem(0.0, 2000, 100)] * 64, audit=True)
+    result = simulate(params, [FleetRequest.of(0.0, 2000, 100)] * 64, audit=True)
     assert max(s.num_running for s in result.steps) == blocks // math.ceil(2000 / 16) == 9
     summary = result.summary()
     assert summary.num_preemptions == 0
     assert summary.num_finished == 64
     # Most of the TTFT is queueing (the design measured 4.46 s of 4.57 s).
-    assert summary.queue_time.mean / summary.ttft.mean > 0.9
+    assert summary.latencies.queue_time.mean / summary.latencies.ttft.mean > 0.9
 
 
 def test_e5_requests_that_outgrow_the_cache_together_are_preempted_and_recomputed() -> None:
     # 64 requests (prompt 256 = 16 blocks, 1,024 outputs) fit at admission (64 x 16 <= 1,188)
     # but would grow to 64 x ceil(1279 / 16) = 5,120 blocks: they must take turns.
-    workload = [WorkloadItem(0.0, 256, 1024)] * 64
+    workload = [FleetRequest.of(0.0, 256, 1024)] * 64
     runs = {}
     for watermark in (0.0, 0.01):
         params = sized_params(1188, max_num_sequences=64, watermark=watermark)
@@ -108,6 +108,6 @@ def test_e5_requests_that_outgrow_the_cache_together_are_preempted_and_recompute
         assert max(s.kv_used_blocks for s in result.steps) <= 1188
         assert result.steps[-1].kv_used_blocks == 0
         # A preempted stream stalls far longer than a step, yet the median ITL stays one step.
-        assert max(result.itls()) > 100 * summary.itl.p50
+        assert max(gap for r in result.requests for gap in r.itl) > 100 * summary.latencies.itl.p50
     # The watermark keeps room for the running ones to grow: fewer preemptions.
     assert runs[0.01].summary().num_preemptions < runs[0.0].summary().num_preemptions

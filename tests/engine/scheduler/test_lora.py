@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import WorkloadItem, simulate
 from llmsim.engine.scheduler.params import LoraParams
+from llmsim.fleet import FleetRequest, simulate
 
 from .builders import tiny_params
 
@@ -22,10 +22,10 @@ def test_a_request_whose_adapter_would_exceed_max_loras_waits_without_blocking_t
     #           C needs no adapter; D uses sql, already running -> admitted. B is not head-of-line.
     #   A and D decode 3 tokens (steps 0-2) and finish at step 2; B is admitted at step 3.
     work = [
-        WorkloadItem(0.0, 4, 3, lora_name="sql"),
-        WorkloadItem(0.0, 4, 3, lora_name="chat"),
-        WorkloadItem(0.0, 4, 1),
-        WorkloadItem(0.0, 4, 3, lora_name="sql"),
+        FleetRequest.of(0.0, 4, 3, adapter="sql"),
+        FleetRequest.of(0.0, 4, 3, adapter="chat"),
+        FleetRequest.of(0.0, 4, 1),
+        FleetRequest.of(0.0, 4, 3, adapter="sql"),
     ]
     result = simulate(tiny_params(16, lora=lora_params(max_loras=1)), work, audit=True)
     a, b, c, d = result.requests
@@ -44,8 +44,10 @@ def test_loading_a_non_resident_adapter_costs_load_s_in_the_step_that_needs_it()
     #   and was evicted by sql's load: its first step pays once more.
     load = 0.25
     params = tiny_params(16, lora=lora_params(max_loras=1, max_cpu_loras=1, load_s=load))
-    base = simulate(tiny_params(16), [WorkloadItem(0.0, 4, 2), WorkloadItem(5.0, 4, 1)])
-    with_lora = simulate(params, [WorkloadItem(0.0, 4, 2, lora_name="sql"), WorkloadItem(5.0, 4, 1, lora_name="chat")])
+    base = simulate(tiny_params(16), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(5.0, 4, 1)])
+    with_lora = simulate(
+        params, [FleetRequest.of(0.0, 4, 2, adapter="sql"), FleetRequest.of(5.0, 4, 1, adapter="chat")]
+    )
     extra = [w.duration - b.duration for w, b in zip(with_lora.steps, base.steps, strict=True)]
     assert extra == pytest.approx([load, 0.0, load], abs=1e-12)
 
@@ -53,19 +55,19 @@ def test_loading_a_non_resident_adapter_costs_load_s_in_the_step_that_needs_it()
 def test_an_adapter_is_part_of_the_block_hash_so_prefixes_are_not_shared_across_adapters() -> None:
     prompt = tuple(range(100, 164))  # 16 blocks of 4
     work = [
-        WorkloadItem(0.0, 64, 1, prompt_token_ids=prompt, lora_name="sql"),
-        WorkloadItem(1.0, 64, 1, prompt_token_ids=prompt, lora_name="chat"),
-        WorkloadItem(2.0, 64, 1, prompt_token_ids=prompt),
-        WorkloadItem(3.0, 64, 1, prompt_token_ids=prompt, lora_name="sql"),
+        FleetRequest.of(0.0, 64, 1, prompt_token_ids=prompt, adapter="sql"),
+        FleetRequest.of(1.0, 64, 1, prompt_token_ids=prompt, adapter="chat"),
+        FleetRequest.of(2.0, 64, 1, prompt_token_ids=prompt),
+        FleetRequest.of(3.0, 64, 1, prompt_token_ids=prompt, adapter="sql"),
     ]
     # 64 blocks: room for all three copies (48 blocks), so nothing is evicted.
     result = simulate(tiny_params(64, lora=lora_params(max_loras=2)), work, audit=True)
     # Only the second sql request finds its adapter's blocks: 63 // 4 = 15 blocks = 60 tokens.
-    assert [r.num_cached_tokens for r in result.requests] == [0, 0, 0, 60]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 0, 0, 60]
 
 
 def test_unknown_adapters_and_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown LoRA adapter 'nope'"):
-        simulate(tiny_params(16, lora=lora_params()), [WorkloadItem(0.0, 4, 1, lora_name="nope")])
+        simulate(tiny_params(16, lora=lora_params()), [FleetRequest.of(0.0, 4, 1, adapter="nope")])
     with pytest.raises(ValueError, match=r"max_cpu_loras \(1\) must be >= max_loras \(2\)\."):
         LoraParams(max_loras=2, max_cpu_loras=1)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.scheduler import Scheduler, Sequence, WorkloadItem, simulate
+from llmsim.engine.scheduler import Scheduler, Sequence
 from llmsim.engine.scheduler.block_hash import hash_blocks
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.types import BlockRemoved, BlockStored, RequestId
 
 from .builders import roofline, seed_params, step, tiny_params
@@ -20,10 +21,13 @@ def test_a_repeated_4096_token_prompt_hits_4080_tokens_and_ttft_falls_by_their_p
     # Blocks of 16: 4,096 tokens = 256 full blocks. The second request may hit at most
     # 4,096 - 1 tokens, i.e. floor(4,095 / 16) = 255 blocks = 4,080 tokens; it computes the last 16.
     prompt = ids(1000, 4096)
-    work = [WorkloadItem(0.0, 4096, 1, prompt_token_ids=prompt), WorkloadItem(1.0, 4096, 1, prompt_token_ids=prompt)]
+    work = [
+        FleetRequest.of(0.0, 4096, 1, prompt_token_ids=prompt),
+        FleetRequest.of(1.0, 4096, 1, prompt_token_ids=prompt),
+    ]
     result = simulate(seed_params(), work, audit=True)
     first, second = result.requests
-    assert (first.num_cached_tokens, second.num_cached_tokens) == (0, 4080)
+    assert (first.prefix_hit_tokens, second.prefix_hit_tokens) == (0, 4080)
     # Each is alone on the GPU: one prefill step releases its only token. Attention still reads
     # the whole 4,096-token context; only the computed tokens fall from 4,096 to 16.
     assert first.ttft == pytest.approx(roofline(4096, 4096), rel=1e-12)
@@ -34,7 +38,7 @@ def test_a_repeated_4096_token_prompt_hits_4080_tokens_and_ttft_falls_by_their_p
     assert second.ttft == pytest.approx((6.74e9 * 2 + 524_288 * 4096) / 3000e9, rel=1e-12)
     assert [s.num_prefill_tokens for s in result.steps] == [4096, 16]
     summary = result.summary()
-    assert (summary.prefix_cache_queries, summary.prefix_cache_hits) == (2 * 4096, 4080)
+    assert (summary.prefix_query_tokens, summary.prefix_hit_tokens) == (2 * 4096, 4080)
 
 
 def test_a_shared_2048_token_system_prompt_hits_2048_tokens_per_request_after_the_first() -> None:
@@ -42,13 +46,15 @@ def test_a_shared_2048_token_system_prompt_hits_2048_tokens_per_request_after_th
     # floor((2,148 - 1) / 16) = 134 blocks does not bind, and the question's first block already
     # differs, so each later request hits exactly the 2,048 shared tokens and computes 100.
     system = ids(1000, 2048)
-    work = [WorkloadItem(float(i), 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(5)]
+    work = [
+        FleetRequest.of(float(i), 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(5)
+    ]
     result = simulate(seed_params(), work, audit=True)
-    assert [r.num_cached_tokens for r in result.requests] == [0, 2048, 2048, 2048, 2048]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 2048, 2048, 2048, 2048]
     assert [s.num_prefill_tokens for s in result.steps] == [2148, 100, 100, 100, 100]
     summary = result.summary()
-    assert (summary.prefix_cache_queries, summary.prefix_cache_hits) == (5 * 2148, 4 * 2048)
-    assert summary.prefix_cache_hit_rate == pytest.approx(4 * 2048 / (5 * 2148))
+    assert (summary.prefix_query_tokens, summary.prefix_hit_tokens) == (5 * 2148, 4 * 2048)
+    assert summary.prefix_hit_rate == pytest.approx(4 * 2048 / (5 * 2148))
 
 
 def test_requests_admitted_in_the_same_step_hit_blocks_cached_as_that_step_is_scheduled() -> None:
@@ -56,19 +62,19 @@ def test_requests_admitted_in_the_same_step_hit_blocks_cached_as_that_step_is_sc
     # simultaneous requests already hits the first one's 128 shared blocks: 2,148 + 100 + 100
     # tokens in one step, every later request hitting 2,048.
     system = ids(1000, 2048)
-    work = [WorkloadItem(0.0, 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(3)]
+    work = [FleetRequest.of(0.0, 2148, 1, prompt_token_ids=system + ids(100_000 + 1000 * i, 100)) for i in range(3)]
     result = simulate(seed_params(), work, audit=True)
-    assert [r.num_cached_tokens for r in result.requests] == [0, 2048, 2048]
+    assert [r.prefix_hit_tokens for r in result.requests] == [0, 2048, 2048]
     assert [s.num_prefill_tokens for s in result.steps] == [2148 + 100 + 100]
 
 
 def test_requests_without_token_ids_or_with_caching_off_never_hit() -> None:
     prompt = ids(1000, 64)
-    same_ids = [WorkloadItem(float(i), 64, 1, prompt_token_ids=prompt) for i in range(2)]
+    same_ids = [FleetRequest.of(float(i), 64, 1, prompt_token_ids=prompt) for i in range(2)]
     off = simulate(seed_params(enable_prefix_caching=False), same_ids).summary()
-    assert (off.prefix_cache_queries, off.prefix_cache_hits) == (0, 0)  # vLLM does not query a disabled cache
-    unknown = simulate(seed_params(), [WorkloadItem(float(i), 64, 1) for i in range(2)]).summary()
-    assert (unknown.prefix_cache_queries, unknown.prefix_cache_hits) == (2 * 64, 0)
+    assert (off.prefix_query_tokens, off.prefix_hit_tokens) == (0, 0)  # vLLM does not query a disabled cache
+    unknown = simulate(seed_params(), [FleetRequest.of(float(i), 64, 1) for i in range(2)]).summary()
+    assert (unknown.prefix_query_tokens, unknown.prefix_hit_tokens) == (2 * 64, 0)
 
 
 def test_eviction_takes_the_least_recently_freed_block_and_a_chains_tail_first() -> None:

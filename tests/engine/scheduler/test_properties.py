@@ -9,15 +9,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from llmsim.engine.scheduler import SchedulerParams, WorkloadItem, simulate
+from llmsim.engine.scheduler import SchedulerParams
 from llmsim.engine.scheduler.params import LoraParams
+from llmsim.fleet import FleetRequest, simulate
 from llmsim.types import AllBlocksCleared, BlockRemoved, BlockStored, FinishReason, StepStats
 
 from .builders import tiny_params
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
+def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[FleetRequest]]:
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     num_blocks = draw(st.integers(2, 24))
     capacity = num_blocks * block_size
@@ -38,19 +39,19 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
         # Steps last ~10 ms: arrivals and aborts over ~0.5 s interleave with many steps.
         arrival = draw(st.integers(0, 500)) / 1000
         abort_at = draw(st.none() | st.integers(0, 800).map(lambda ms: ms / 1000))
-        items.append(WorkloadItem(arrival, prompt, output, abort_at))
+        items.append(FleetRequest.of(arrival, prompt, output, abort_at))
     return params, items
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_random_workloads_respect_capacity_free_every_block_and_finish_plans(
-    scenario: tuple[SchedulerParams, list[WorkloadItem]],
+    scenario: tuple[SchedulerParams, list[FleetRequest]],
 ) -> None:
     params, workload = scenario
     result = simulate(params, workload, audit=True)
-    total = result.kv_total_blocks
-    assert result.kv_peak_used_blocks <= total
+    total = result.replicas[0].kv_total_blocks
+    assert result.replicas[0].kv_peak_used_blocks <= total
     for s in result.steps:
         assert 1 <= s.num_prefill_tokens + s.num_decode_tokens <= params.max_batch_tokens
         assert s.num_running <= params.max_num_sequences
@@ -76,7 +77,7 @@ def test_random_workloads_respect_capacity_free_every_block_and_finish_plans(
 
 @settings(max_examples=40, deadline=None)
 @given(scenarios())
-def test_the_same_input_gives_the_same_timeline(scenario: tuple[SchedulerParams, list[WorkloadItem]]) -> None:
+def test_the_same_input_gives_the_same_timeline(scenario: tuple[SchedulerParams, list[FleetRequest]]) -> None:
     params, workload = scenario
     first, second = simulate(params, workload), simulate(params, list(workload))
 
@@ -91,7 +92,7 @@ _FAMILIES = [tuple(range(1000 * f, 1000 * f + 64)) for f in range(1, 3)]
 
 
 @st.composite
-def cached_scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadItem]]:
+def cached_scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[FleetRequest]]:
     """Like ``scenarios``, with token ids drawn so that prompts share prefixes, and LoRA adapters."""
     block_size = draw(st.sampled_from([1, 2, 4]))
     num_blocks = draw(st.integers(3, 24))
@@ -120,7 +121,7 @@ def cached_scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[WorkloadIte
         arrival = draw(st.integers(0, 500)) / 1000
         abort_at = draw(st.none() | st.integers(0, 800).map(lambda ms: ms / 1000))
         lora = draw(st.sampled_from([None, None, "x", "y"]))
-        items.append(WorkloadItem(arrival, prompt, output, abort_at, family[:shared] + own, outputs, lora_name=lora))
+        items.append(FleetRequest.of(arrival, prompt, output, abort_at, family[:shared] + own, outputs, adapter=lora))
     return params, items
 
 
@@ -150,7 +151,7 @@ class _Events:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cached_scenarios())
 def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_match_the_cache(
-    scenario: tuple[SchedulerParams, list[WorkloadItem]],
+    scenario: tuple[SchedulerParams, list[FleetRequest]],
 ) -> None:
     params, workload = scenario
     events = _Events()
@@ -159,10 +160,10 @@ def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_
     result = simulate(params, workload, audit=True, observer=events)
     summary = result.summary()
     # Steer generation towards runs that hit, evict and preempt: where the bookkeeping is hard.
-    target(float(summary.prefix_cache_hits), label="prefix cache hits")
+    target(float(summary.prefix_hit_tokens), label="prefix cache hits")
     target(float(summary.num_preemptions), label="preemptions")
     for s in result.steps:
-        assert s.kv_used_blocks <= result.kv_total_blocks
+        assert s.kv_used_blocks <= result.replicas[0].kv_total_blocks
         assert s.prefix_cache_hits <= s.prefix_cache_queries
     if result.steps:
         assert result.steps[-1].kv_used_blocks == 0
@@ -171,5 +172,5 @@ def test_with_prefix_caching_blocks_are_never_leaked_or_double_freed_and_events_
         if r.finish_reason is not FinishReason.ABORT:
             assert r.output_tokens == item.output_tokens == len(r.token_times)
         # A hit is whole blocks, and always leaves at least one prompt token to compute.
-        assert r.num_cached_tokens % params.block_size == 0
-        assert r.num_cached_tokens <= max(item.prompt_tokens - 1, 0)
+        assert r.prefix_hit_tokens % params.block_size == 0
+        assert r.prefix_hit_tokens <= max(item.prompt_tokens - 1, 0)

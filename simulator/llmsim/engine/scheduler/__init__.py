@@ -4,15 +4,30 @@ Three tiers, dependencies pointing down only:
 
 - resources and cost: ``sequence`` (per-request state), ``kv_cache`` (the block pool and its
   prefix cache, keyed by ``block_hash``: vLLM's chained sha256 of each full block's token ids),
-  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), ``workload`` and
-  ``simulation_summary`` (virtual-time inputs and outputs);
+  ``cost_model`` (roofline step duration), from ``params`` (plain numbers), and ``percentiles``
+  (latency percentiles, as reports give them);
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
-- time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock) and
-  ``virtual`` (``simulate``: the same core stepped in a plain loop, far faster than real time).
+- time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock). Virtual
+  time is the fleet's event loop (``llmsim.fleet``), for one replica as for many.
 
-Pure and deterministic: no I/O, no randomness outside the seeded workload generator.
+Pure and deterministic: no I/O, no randomness.
+
+Mirrored rules: six rules live in two places each, the copy kept for speed: each sits in a loop
+run once per sequence per step (or per run, or per request). Each pair has a fast test in
+``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
+one side, and that test fails until the other follows.
+
+1. ``Scheduler._take``'s decode case, inlined in ``Scheduler._schedule_running``;
+2. ``Scheduler.update_from_output``'s release rule, repeated in ``Scheduler.releasing`` (what the
+   live driver prepares before a step's deadline);
+3. ``CostModel.step_duration``, repeated in ``DecodeRun.extend`` for decode steps;
+4. ``Scheduler._schedule_waiting``'s admission test, repeated in ``decode_run._admits_any``;
+5. ``DecodeRun._bring`` (a sequence's counters and token times as of a step), inlined in
+   ``DecodeRun.finish`` for the sequences in the run from its start;
+6. ``Sequence.to_stats``'s figures (finish reason, TTFT, E2E, queue time), computed in
+   ``llmsim.fleet.simulation.FleetSimulation._record`` without building the record.
 """
 
 from llmsim.engine.scheduler.block_hash import hash_blocks
@@ -28,11 +43,9 @@ from llmsim.engine.scheduler.params import (
     default_limits,
     num_kv_blocks,
 )
+from llmsim.engine.scheduler.percentiles import Percentiles, percentile
 from llmsim.engine.scheduler.scheduler import Scheduler, SchedulerOutput, StepResult
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.engine.scheduler.simulation_summary import Percentiles, SimulationSummary, percentile
-from llmsim.engine.scheduler.virtual import RequestResult, SimulationResult, simulate
-from llmsim.engine.scheduler.workload import WorkloadItem, poisson_arrivals, poisson_workload
 
 __all__ = [
     "CostModel",
@@ -41,23 +54,16 @@ __all__ = [
     "LoraParams",
     "ModelSpec",
     "Percentiles",
-    "RequestResult",
     "Scheduler",
     "SchedulerEngine",
     "SchedulerOutput",
     "SchedulerParams",
     "Sequence",
     "SequenceStatus",
-    "SimulationResult",
-    "SimulationSummary",
     "StepResult",
-    "WorkloadItem",
     "check_context_fits",
     "default_limits",
     "hash_blocks",
     "num_kv_blocks",
     "percentile",
-    "poisson_arrivals",
-    "poisson_workload",
-    "simulate",
 ]

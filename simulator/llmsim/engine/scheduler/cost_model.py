@@ -47,8 +47,8 @@ class CostModel:
         """Seconds for a step computing ``num_tokens`` tokens of ``num_sequences`` sequences that
         reads ``context_tokens`` tokens of KV.
 
-        NOTE: ``DecodeRun.extend`` repeats this formula inline for decode steps (its inner loop);
-        change both together (the fast-forward tests compare the two timelines bit for bit).
+        NOTE: ``DecodeRun.extend`` repeats this formula inline for decode steps (its inner loop):
+        a mirrored rule, see the package docstring.
         """
         compute = self.seconds_per_token * num_tokens
         memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens

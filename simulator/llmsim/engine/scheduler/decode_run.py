@@ -158,7 +158,7 @@ def _known_tokens(seq: Sequence, block_size: int) -> int:
 def _admits_any(sched: Scheduler[S], budget: int) -> bool:
     """Whether ``Scheduler._schedule_waiting`` would admit someone now (its loop, without the changes).
 
-    NOTE: mirrors ``_schedule_waiting``'s admission test; keep the two in step.
+    NOTE: ``_schedule_waiting``'s admission test, repeated: a mirrored rule, see the package docstring.
     """
     waiting = sched.waiting
     running = sched.running
@@ -706,7 +706,7 @@ class DecodeRun(Generic[S]):
 
     def step_stats(self, j: int) -> StepStats:
         """Step ``j``'s record, as :meth:`Scheduler.step_stats` makes it, once its end is applied (a
-        decode step: ``simulate()``, which reads these, never has a run absorb)."""
+        decode step: a replica whose steps are watched never has a run absorb)."""
         sched = self.sched
         kv = sched.kv
         batch = self.batch[j]
@@ -733,7 +733,9 @@ class DecodeRun(Generic[S]):
         c0 = self._c0
         o0 = self._o0
         joined = self._from
-        # Once per sequence per run (as _bring, inlined): those whose last step is after the run's.
+        # Once per sequence per run: those whose last step is after the run's. _bring, inlined
+        # for the sequences that were in the run from its start (NOTE: a mirrored rule, see the
+        # package docstring): at moderate load runs are short and this loop is a tenth of them.
         for p in self._active:
             if p in joined:
                 self._bring(p, k, k, times)

@@ -318,7 +318,8 @@ class Scheduler(Generic[S]):
         scheduled = out.scheduled
         i = 0
         # Once per running sequence per step: a decode (most of them) is taken here, _take's
-        # decode case inlined (NOTE: keep the two in step); anything else goes through _take.
+        # decode case inlined (NOTE: a mirrored rule, see the package docstring); anything else
+        # goes through _take.
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.num_computed_tokens
@@ -462,7 +463,7 @@ class Scheduler(Generic[S]):
         """The sequences of a step in flight that its end will give a token, if none ends first: those
         the step computes up to their last token, with outputs left (what the live engine prepares
         before the deadline). NOTE: :meth:`update_from_output`'s rule, inlined there (once per
-        sequence per step in virtual time); keep the two in step (a driver test compares them)."""
+        sequence per step in virtual time): a mirrored rule, see the package docstring."""
         return [
             s
             for s in scheduled

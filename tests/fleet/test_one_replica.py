@@ -1,6 +1,6 @@
-"""Virtual-time runs: arrivals join at step boundaries, idle restarts, aborts, workloads, summaries.
+"""One replica in virtual time (``simulate``, a fleet of one): step boundaries, idle restarts, aborts, summaries.
 
-The toy model (builders.tiny_params) makes every step memory-bound:
+The toy model (tests.engine.scheduler.builders.tiny_params) makes every step memory-bound:
 duration = 1e6 B / 1e8 B/s + context x 1 B / 1e8 B/s = 0.01 + context x 1e-8 seconds.
 """
 
@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from llmsim.engine.scheduler import Percentiles, WorkloadItem, percentile, poisson_arrivals, poisson_workload, simulate
+from llmsim.engine.scheduler import Percentiles, percentile
+from llmsim.fleet import FleetRequest, poisson_arrivals, poisson_workload, simulate
 from llmsim.types import FinishReason
-
-from .builders import tiny_params
+from tests.engine.scheduler.builders import tiny_params
 
 
 def d(context: int) -> float:
@@ -22,7 +22,7 @@ def d(context: int) -> float:
 
 def test_an_idle_gpu_restarts_at_the_next_arrival() -> None:
     # a: prompt 4, 2 outputs at 0; b: same at 5 s, long after a ended. b's first step starts at 5.
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 2), WorkloadItem(5.0, 4, 2)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(5.0, 4, 2)])
     a, b = result.requests
     assert a.token_times == pytest.approx([d(4), d(4) + d(5)], rel=1e-12)
     assert b.token_times == pytest.approx([5.0 + d(4), 5.0 + d(4) + d(5)], rel=1e-12)
@@ -33,7 +33,7 @@ def test_an_idle_gpu_restarts_at_the_next_arrival() -> None:
 
 def test_a_request_arriving_mid_step_joins_the_next_step() -> None:
     # a's prefill runs [0, d(4)); b arrives at 0.005 and is first scheduled at d(4).
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     b = result.requests[1]
     assert b.queue_time == pytest.approx(d(4) - 0.005, rel=1e-12)
     # Step 1 computes a's token 5 and b's 4-token prompt: context 5 + 4.
@@ -47,7 +47,7 @@ def test_with_async_scheduling_a_request_arriving_mid_step_joins_one_step_later(
     #   step 0 [0, d4):            a's prefill (4 tokens)
     #   step 1 [d4, d4 + d5):      a's token 5 (context 5)
     #   step 2 [.., .. + d(6+4)):  a's token 6 and b's prompt (context 6 + 4)
-    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(tiny_params(8, async_scheduling=True), [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     a, b = result.requests
     assert b.queue_time == pytest.approx(d(4) + d(5) - 0.005, rel=1e-12)
     assert b.token_times == pytest.approx([d(4) + d(5) + d(10)], rel=1e-12)
@@ -57,7 +57,7 @@ def test_with_async_scheduling_a_request_arriving_mid_step_joins_one_step_later(
 def test_with_async_scheduling_an_idle_engine_still_starts_at_the_arrival() -> None:
     # Nothing running: no lookahead batch was scheduled, so the arrival is taken at once; the
     # second request arrives during b's own prefill and, b still running, waits a step more.
-    result = simulate(tiny_params(8, async_scheduling=True), [WorkloadItem(1.0, 4, 2), WorkloadItem(1.001, 4, 1)])
+    result = simulate(tiny_params(8, async_scheduling=True), [FleetRequest.of(1.0, 4, 2), FleetRequest.of(1.001, 4, 1)])
     first, second = result.requests
     assert first.queue_time == 0.0
     assert first.ttft == pytest.approx(d(4), rel=1e-12)
@@ -69,7 +69,7 @@ def test_a_request_reaches_the_scheduler_a_request_overhead_after_its_arrival() 
     # b arrives at 0.005, reaches the scheduler at 0.009, in the middle of a's prefill
     # [0.004, 0.004 + d4), and joins the step after it. TTFT and queue time count from the arrival.
     params = tiny_params(8, request_overhead_s=0.004)
-    result = simulate(params, [WorkloadItem(0.0, 4, 3), WorkloadItem(0.005, 4, 1)])
+    result = simulate(params, [FleetRequest.of(0.0, 4, 3), FleetRequest.of(0.005, 4, 1)])
     a, b = result.requests
     assert result.steps[0].start == 0.004
     assert a.ttft == pytest.approx(0.004 + d(4), rel=1e-12)
@@ -83,7 +83,7 @@ def test_a_request_reaches_the_scheduler_a_request_overhead_after_its_arrival() 
 
 def test_ties_in_arrival_keep_workload_order() -> None:
     params = tiny_params(8, max_num_sequences=1)
-    result = simulate(params, [WorkloadItem(1.0, 4, 1), WorkloadItem(0.0, 4, 1), WorkloadItem(1.0, 4, 1)])
+    result = simulate(params, [FleetRequest.of(1.0, 4, 1), FleetRequest.of(0.0, 4, 1), FleetRequest.of(1.0, 4, 1)])
     starts = [r.arrival + r.queue_time for r in result.requests]
     assert starts[1] < starts[0] < starts[2]
 
@@ -94,9 +94,9 @@ def test_aborts_mid_step_before_arrival_and_after_the_end() -> None:
     # c: leaves long after it finished -> nothing changes.
     leave_a = d(4) + d(5) + 0.5 * d(6)
     workload = [
-        WorkloadItem(0.0, 4, 5, abort_at=leave_a),
-        WorkloadItem(1.0, 4, 5, abort_at=0.5),
-        WorkloadItem(2.0, 4, 1, abort_at=99.0),
+        FleetRequest.of(0.0, 4, 5, abort_at=leave_a),
+        FleetRequest.of(1.0, 4, 5, abort_at=0.5),
+        FleetRequest.of(2.0, 4, 1, abort_at=99.0),
     ]
     result = simulate(tiny_params(8), workload, audit=True)
     a, b, c = result.requests
@@ -113,7 +113,7 @@ def test_aborts_mid_step_before_arrival_and_after_the_end() -> None:
     assert result.steps[-1].kv_used_blocks == 0
     summary = result.summary()
     assert (summary.num_finished, summary.num_aborted) == (1, 2)
-    assert summary.e2e.count == 1  # aborted requests stay out of E2E
+    assert summary.latencies.e2e.count == 1  # aborted requests stay out of E2E
 
 
 def test_poisson_arrivals_are_seeded_and_have_the_requested_rate() -> None:
@@ -146,13 +146,13 @@ def test_percentiles_interpolate_linearly() -> None:
 
 def test_summary_totals() -> None:
     # Two requests in one batch: prompt 4 + 4, then one decode step for both.
-    result = simulate(tiny_params(8), [WorkloadItem(0.0, 4, 2), WorkloadItem(0.0, 4, 2)])
+    result = simulate(tiny_params(8), [FleetRequest.of(0.0, 4, 2), FleetRequest.of(0.0, 4, 2)])
     s = result.summary()
-    assert s.num_steps == 2
-    assert s.mean_batch_size == 2.0
+    assert s.replicas[0].num_steps == 2
+    assert s.replicas[0].mean_batch_size == 2.0
     assert s.duration == pytest.approx(d(8) + d(10), rel=1e-12)
     assert s.output_tokens == 4
     assert s.output_tokens_per_s == pytest.approx(4 / s.duration)
-    assert s.kv_total_blocks == 8
-    assert s.kv_peak_used_blocks == 4
-    assert s.itl.p50 == pytest.approx(d(10), rel=1e-12)
+    assert s.replicas[0].kv_total_blocks == 8
+    assert s.replicas[0].kv_peak_used_blocks == 4
+    assert s.latencies.itl.p50 == pytest.approx(d(10), rel=1e-12)
