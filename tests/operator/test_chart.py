@@ -29,6 +29,8 @@ NAMESPACE = "llmsim-system"
 # The oldest and the newest Kubernetes whose schemas kubernetes-validate ships. The chart's objects
 # are older than both ends (apps/v1, rbac/v1, core/v1), so the versions between add nothing.
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
+# helm lint's range: from the oldest Kubernetes the chart installs on (Chart.yaml's kubeVersion).
+LINT_KUBE_VERSIONS = ("1.20.0", kubernetes_validate.utils.latest_version())
 
 # Each combination values.yaml documents, with a name for the test ids.
 COMBINATIONS: dict[str, dict[str, Any]] = {
@@ -101,7 +103,12 @@ def test_the_chart_crd_is_the_crd_file_and_manifests_crd() -> None:
     assert yaml.safe_load(crd["data"]) == install_manifests()[0]
 
 
-@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_the_chart_refuses_clusters_older_than_the_operator_supports() -> None:
+    # Helm checks kubeVersion at install time; lint and offline rendering do not.
+    assert chart().metadata["kubeVersion"] == ">=1.20.0-0"
+
+
+@pytest.mark.parametrize("kube_version", LINT_KUBE_VERSIONS)
 def test_helm_lint_strict_finds_nothing(kube_version: str) -> None:
     for values in COMBINATIONS.values():
         report = helm.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version=f"v{kube_version}")
