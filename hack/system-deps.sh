@@ -3,8 +3,6 @@
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-# actionlint checks each workflow's run: steps with it (tests/test_workflows.py).
-command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

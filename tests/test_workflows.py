@@ -42,7 +42,7 @@ def tool(name: str) -> str:
     """The dev extra's executable next to this Python, else on PATH."""
     path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} not found: pip install -e '.[dev]' (shellcheck: make system-deps)")
+        pytest.fail(f"{name} not found: pip install -e '.[dev]'")
     return path
 
 
