@@ -10,6 +10,12 @@ COPY operator operator
 RUN pip install --no-cache-dir --root-user-action=ignore --prefix=/install .
 
 FROM python:3.11-slim
+# The version is llmsim.__version__: `make images` and e2e/kind-up.sh pass it (hack/version.sh).
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="llmsim" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="https://github.com/llmsim/llmsim" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /install /usr/local
 # Read-only root filesystems are the norm in the cluster: never write .pyc files at runtime.
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan compiled e2e clean
+.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan compiled e2e clean version images
+
+# The project's one version, llmsim.__version__ (see hack/version.sh).
+VERSION := $(shell hack/version.sh)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +86,14 @@ compiled: $(VENV)/.installed-dev
 # llmsim plan's speed: the compiled core against pure Python in one run (same results checked).
 bench-plan: compiled
 	PYTHONPATH=build/compiled/simulator $(BIN)/python bench/bench_plan.py --baseline . $(BENCH_ARGS)
+
+version:
+	@echo $(VERSION)
+
+# Both images, tagged and labelled (org.opencontainers.image.version) with the version.
+images:
+	docker build --build-arg VERSION=$(VERSION) -t llmsim:$(VERSION) -f Dockerfile .
+	docker build --build-arg VERSION=$(VERSION) -t llmsim-operator:$(VERSION) -f Dockerfile.operator .
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

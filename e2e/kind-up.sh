@@ -22,6 +22,7 @@ fi
 kubectl config use-context "kind-$CLUSTER" >/dev/null
 
 # A non-"latest" tag keeps imagePullPolicy at IfNotPresent, so the loaded images are used.
-docker build -t "$SIM_IMAGE" -f Dockerfile .
-docker build -t "$OP_IMAGE" -f Dockerfile.operator .
+VERSION="$(hack/version.sh)"
+docker build --build-arg VERSION="$VERSION" -t "$SIM_IMAGE" -f Dockerfile .
+docker build --build-arg VERSION="$VERSION" -t "$OP_IMAGE" -f Dockerfile.operator .
 kind load docker-image --name "$CLUSTER" "$SIM_IMAGE" "$OP_IMAGE"

@@ -6,13 +6,12 @@ it reads llmsim's shipped data files (GPU and model profiles) and nothing else o
 plain dicts; kube, reconciler, handlers and cli do I/O.
 """
 
+from llmsim_operator.conventions import RELEASE_VERSION as __version__
 from llmsim_operator.crd import custom_resource_definition
 from llmsim_operator.manifests import install_manifests
 from llmsim_operator.render import Children, Owner, render_children
 from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Children",

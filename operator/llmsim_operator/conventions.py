@@ -42,8 +42,10 @@ TOKENIZER_FILE = "tokenizer.json"
 #: Non-root uid/gid of the simulator image (distroless "nonroot").
 RUN_AS_USER = 65532
 
-DEFAULT_SIMULATOR_IMAGE = "ghcr.io/llmsim/llmsim:0.1.0"
-DEFAULT_OPERATOR_IMAGE = "ghcr.io/llmsim/llmsim-operator:0.1.0"
+#: llmsim.__version__, which the operator may not import; tests/test_version.py keeps them equal.
+RELEASE_VERSION = "0.1.0"
+DEFAULT_SIMULATOR_IMAGE = f"ghcr.io/llmsim/llmsim:{RELEASE_VERSION}"
+DEFAULT_OPERATOR_IMAGE = f"ghcr.io/llmsim/llmsim-operator:{RELEASE_VERSION}"
 
 
 def selector_labels(name: str) -> dict[str, str]:
