@@ -19,6 +19,7 @@ from llmsim.api.response_models import (
     GenerateResponse,
     GenerateStreamResponse,
     GetLoadResponse,
+    LoadsResponse,
     ModelInfo,
     RenderedPrompt,
     RenderedPrompts,
@@ -236,6 +237,8 @@ async def test_get_load_and_sglang_info(http: httpx.AsyncClient) -> None:
     load = (await http.get("/get_load")).json()
     assert GetLoadResponse.model_validate(load).load == 0
     assert list(load) == ["load"]
+    loads = LoadsResponse.model_validate((await http.get("/v1/loads", params={"include": "core"})).json())
+    assert (loads.aggregate.total_tokens, loads.loads[0].dp_rank) == (0, 0)
     info = ServerInfo.model_validate((await http.get("/server_info")).json())
     assert (info.dp_size, info.model_path, info.context_length) == (1, "base", 1024)
     model = ModelInfo.model_validate((await http.get("/model_info")).json())

@@ -50,6 +50,9 @@ def test_a_rendered_chat_is_generated_token_for_token(server: ServerProcess) -> 
 def test_load_and_sglang_info(server: ServerProcess) -> None:
     with httpx.Client(base_url=server.base_url) as http:
         assert http.get("/get_load").json() == {"load": 0}
+        # A fixed engine has no KV cache: no token load, so sglang-router counts requests itself.
+        loads = http.get("/v1/loads", params={"include": "core"}).json()
+        assert loads["aggregate"] == {"total_running_reqs": 0, "total_waiting_reqs": 0}
         assert http.get("/server_info").json()["dp_size"] == 1
         assert http.get("/model_info").json()["is_generation"] is True
         assert "/inference/v1/generate" in http.get("/openapi.json").json()["paths"]

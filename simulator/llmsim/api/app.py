@@ -46,6 +46,7 @@ from llmsim.api.response_models import (
     GetLoadResponse,
     IsSleepingResponse,
     LoadResponse,
+    LoadsResponse,
     ModelInfo,
     ModelList,
     RenderedPrompt,
@@ -474,6 +475,7 @@ def create_app(
     )
     app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
     app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
+    app.add_api_route("/v1/loads", router_routes.loads, methods=["GET"], responses=responses(LoadsResponse))
     return app
 
 

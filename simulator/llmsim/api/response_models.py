@@ -291,6 +291,28 @@ class GetLoadResponse(_Body):
     load: int
 
 
+class RankLoad(_Body):
+    dp_rank: int
+    num_running_reqs: int
+    num_waiting_reqs: int
+    # Tokens of KV cache the requests hold; absent for an engine without a KV cache.
+    num_total_tokens: int | None = None
+
+
+class AggregateLoad(_Body):
+    total_running_reqs: int
+    total_waiting_reqs: int
+    total_tokens: int | None = None
+
+
+class LoadsResponse(_Body):
+    """SGLang's ``/v1/loads`` (sglang-router's power_of_two reads ``aggregate.total_tokens``)."""
+
+    version: str
+    loads: list[RankLoad]
+    aggregate: AggregateLoad
+
+
 class ServerInfo(_Body):
     """SGLang's ``/server_info``: the server arguments a router reads at startup (``dp_size`` above all)."""
 

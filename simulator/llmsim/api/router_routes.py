@@ -312,6 +312,29 @@ async def get_load(request: Request) -> Response:
     return Response(json.dumps({"load": n}), media_type="application/json")
 
 
+async def loads(request: Request) -> Response:
+    """SGLang's ``GET /v1/loads``, which sglang-router's power_of_two polls first: one data-parallel rank.
+
+    Its token load is the KV cache the requests hold (blocks × block size). An engine without a
+    KV cache (instant, fixed) reports no token figures, so the router falls back to its own count
+    of requests in flight, as it does for a server without the route.
+    """
+    running = waiting = 0
+    tokens: int | None = None
+    for m in _state(request).models.values():
+        snap = m.engine.snapshot()
+        running += snap.num_running
+        waiting += snap.num_waiting
+        if m.info.block_size is not None:
+            tokens = (tokens or 0) + snap.kv_used_blocks * m.info.block_size
+    rank: dict[str, Any] = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}
+    aggregate: dict[str, Any] = {"total_running_reqs": running, "total_waiting_reqs": waiting}
+    if tokens is not None:
+        rank["num_total_tokens"] = tokens
+        aggregate["total_tokens"] = tokens
+    return JSONResponse({"version": __version__, "loads": [rank], "aggregate": aggregate})
+
+
 def _first(request: Request) -> ServedModel:
     return next(iter(_state(request).models.values()))
 
