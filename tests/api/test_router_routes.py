@@ -132,6 +132,7 @@ async def test_chat_render_gives_the_ids_the_engine_hashes(
     # max_tokens unset: what the context leaves, as vLLM fills it in.
     assert body.sampling_params["max_tokens"] == 1024 - len(body.token_ids)
     assert (body.model, body.stream, body.kv_transfer_params) == ("base", False, None)
+    assert body.request_id.startswith("chatcmpl-")
 
 
 async def test_completions_render_gives_one_body_per_prompt(

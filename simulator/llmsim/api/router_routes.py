@@ -75,7 +75,7 @@ def _sampling_params(
 
 
 def _rendered(
-    body: ChatCompletionRequest | CompletionRequest, served: ServedModel, request: GenerationRequest
+    body: ChatCompletionRequest | CompletionRequest, served: ServedModel, request: GenerationRequest, *, chat: bool
 ) -> dict[str, Any]:
     ids = served.generator.prompt_token_ids(request)
     if len(ids) > served.context_length:
@@ -86,17 +86,21 @@ def _rendered(
             "Please reduce the length of the input prompt.",
             param="input_tokens",
         )
+    extra = body.model_extra or {}
+    salt, priority = extra.get("cache_salt"), extra.get("priority")
     return {
-        "request_id": uuid.uuid4().hex,
+        # vLLM: a new id per rendered prompt, as its chat and completions routes name theirs.
+        "request_id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
         "token_ids": list(ids),
         "features": None,
         "sampling_params": _sampling_params(body, request, len(ids), served.context_length),
         "model": body.model,
         "stream": body.stream,
-        "stream_options": body.stream_options.model_dump() if body.stream_options is not None else None,
-        "cache_salt": None,
-        "priority": 0,
-        "kv_transfer_params": body.kv_transfer_params,
+        "stream_options": body.stream_options.model_dump() if body.stream and body.stream_options else None,
+        "cache_salt": salt if isinstance(salt, str) else None,
+        "priority": priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        # NOTE: not carried over, as vLLM renders it: a router adds its own to the generate body.
+        "kv_transfer_params": None,
     }
 
 
@@ -111,7 +115,7 @@ async def render_chat(request: Request) -> Response:
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     (gen_request,) = _with_lora([gen_request], served, body.model)
-    return JSONResponse(_rendered(body, served, gen_request))
+    return JSONResponse(_rendered(body, served, gen_request, chat=True))
 
 
 async def render_completion(request: Request) -> Response:
@@ -121,7 +125,7 @@ async def render_completion(request: Request) -> Response:
     served = _served(state, body.model)
     _check(body, served)
     requests = _with_lora(body.to_generation_requests(), served, body.model)
-    return JSONResponse([_rendered(body, served, r) for r in requests])
+    return JSONResponse([_rendered(body, served, r, chat=False) for r in requests])
 
 
 def _generate_id(request: Request, body: GenerateRequest) -> str:
