@@ -27,6 +27,7 @@ from llmsim.api.response_models import (
 )
 from llmsim.runtime import Runtime, build_runtime
 from llmsim.types import GenerationPlan, RequestId
+from tests.llm.test_token_ids import write_tokenizer_json
 from tests.metrics.scrape import parse
 
 # A fast toy GPU with a prefix cache, so the plans carry the prompt ids the engine hashes.
@@ -93,9 +94,8 @@ async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-@pytest.fixture
-def submitted(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[GenerationPlan]:
-    """Every plan the engine is handed, in order."""
+def record_submits(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[GenerationPlan]:
+    """Every plan the engine is handed from now on, in order."""
     engine = runtime.state.models["base"].engine
     seen: list[GenerationPlan] = []
     submit = engine.submit
@@ -106,6 +106,11 @@ def submitted(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[Generat
 
     monkeypatch.setattr(engine, "submit", recording)
     return seen
+
+
+@pytest.fixture
+def submitted(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[GenerationPlan]:
+    return record_submits(runtime, monkeypatch)
 
 
 def sse_data(text: str) -> list[Any]:
@@ -260,3 +265,24 @@ async def test_the_routers_extra_fields_are_accepted_and_named_in_the_log(
     assert len(ignored) == 1
     assert "bootstrap_room" in ignored[0]
     assert "data_parallel_rank" in ignored[0]
+
+
+async def test_with_a_tokenizer_json_render_still_gives_the_hashed_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer_json = write_tokenizer_json(tmp_path / "tokenizer.json")
+    config = CONFIG.replace(
+        "    enable_prompt_tokens_details: true\n",
+        f"    enable_prompt_tokens_details: true\n    tokenizer: {{path: {tokenizer_json}, chat_template: chatml}}\n",
+    )
+    (tmp_path / "models.yml").write_text(config)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    seen = record_submits(runtime, monkeypatch)
+    messages = [{"role": "user", "content": "Once upon a time, the river met the sea."}]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=runtime.app), base_url="http://test") as http:
+        rendered = (await http.post("/v1/chat/completions/render", json={"model": "base", "messages": messages})).json()
+        await http.post("/v1/chat/completions", json={"model": "base", "messages": messages})
+        tokenized = (await http.post("/tokenize", json={"model": "base", "messages": messages})).json()
+    (plan,) = seen
+    assert rendered["token_ids"] == list(plan.prompt_token_ids or ()) == tokenized["tokens"]
