@@ -202,3 +202,27 @@ async def test_a_bad_put_is_refused_whole(
     assert message in answer["error"]["message"]
     # Nothing applied, not even the valid entry before the bad one.
     assert not runtime.state.models["other"].faults.enabled
+
+
+GENERATE = "/inference/v1/generate"
+
+
+def generate(stream: bool = True) -> dict[str, Any]:
+    return {"model": "fixed", "token_ids": [11, 12, 13], "sampling_params": {}, "stream": stream}
+
+
+@pytest.mark.looptime
+async def test_token_in_token_out_meets_the_same_faults(runtime: Runtime) -> None:
+    limited = await call(runtime.app, GENERATE, generate(), headers=fault("rate_limit"))
+    assert limited.start["status"] == 429
+    assert json.loads(limited.body)["error"]["type"] == "RateLimitError"
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    slow = await call(runtime.app, GENERATE, generate(), headers=fault("slow"))
+    times = [t - start for t, m in slow.sent if m["type"] == "http.response.body"][:N_TOKENS]
+    assert times == pytest.approx([3 * (TTFT + i * ITL) for i in range(N_TOKENS)])
+    dropped = Exchange()
+    with pytest.raises(DropConnection):
+        await call(runtime.app, GENERATE, generate(), dropped, headers=fault("abort_mid_stream"))
+    assert b"[DONE]" not in dropped.body
+    assert runtime.state.models["fixed"].engine.snapshot().num_running == 0

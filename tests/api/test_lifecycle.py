@@ -212,3 +212,23 @@ async def test_drain_aborts_what_is_still_running_at_the_grace(runtime: Runtime)
         assert finish_reasons(ex) == ["abort"]
         assert events(ex)[-1] == "[DONE]"
     assert runtime.metrics.summary()["models"]["fixed"]["requests"]["abort"] == 3
+
+
+@pytest.mark.looptime
+async def test_drain_waits_for_token_in_token_out_streams_too(runtime: Runtime) -> None:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    body = {"model": "fixed", "token_ids": [11, 12, 13], "sampling_params": {}, "stream": True}
+    streams = [asyncio.create_task(call(runtime.app, "/inference/v1/generate", body)) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    drain = asyncio.create_task(runtime.state.lifecycle.drain(grace=2.0))
+    await asyncio.sleep(0.01)
+    refused = await call(runtime.app, "/inference/v1/generate", body)
+    assert refused.start["status"] == 503
+    await drain
+    assert loop.time() - t0 == pytest.approx(TTFT + (N - 1) * ITL)  # done when the streams were
+    for task in streams:
+        chunks = events(task.result())
+        assert chunks[-1] == "[DONE]"
+        assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]][-1] == "stop"
+        assert len(chunks) == N + 1

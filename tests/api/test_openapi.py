@@ -72,10 +72,18 @@ def test_every_route_is_documented_with_its_models(tmp_path: Any) -> None:
 def test_streamed_answers_are_event_streams_of_their_chunk_model(tmp_path: Any) -> None:
     (tmp_path / "models.yml").write_text(CONFIG)
     document = build_runtime(tmp_path / "models.yml").app.openapi()
-    for path, chunk in (("/v1/chat/completions", "ChatCompletionChunk"), ("/v1/completions", "CompletionChunk")):
-        schema = document["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
-        assert schema["contentMediaType"] == "text/event-stream"
-        events = [e.get("$ref") or e.get("const") for e in schema["contentSchema"]["items"]["anyOf"]]
-        assert events == [f"#/components/schemas/{chunk}", "#/components/schemas/ErrorResponse", "[DONE]"]
-        for ref in events[:2]:
+    streams = (
+        ("/v1/chat/completions", "ChatCompletionChunk"),
+        ("/v1/completions", "CompletionChunk"),
+        ("/inference/v1/generate", "GenerateStreamResponse"),
+    )
+    for path, chunk in streams:
+        answer = document["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]
+        # Event by event (OpenAPI 3.2's itemSchema): `data` is [DONE], else JSON of a chunk or an error.
+        data = answer["itemSchema"]["properties"]["data"]
+        assert data["if"] == {"const": "[DONE]"}
+        assert data["else"]["contentMediaType"] == "application/json"
+        events = [e["$ref"] for e in data["else"]["contentSchema"]["anyOf"]]
+        assert events == [f"#/components/schemas/{chunk}", "#/components/schemas/ErrorResponse"]
+        for ref in events:
             assert "properties" in resolve(document, ref), ref

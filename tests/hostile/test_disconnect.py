@@ -14,6 +14,9 @@ from tests.hostile.app import build
 BODY_ROUTES = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/chat/completions/render"),
+    ("POST", "/v1/completions/render"),
+    ("POST", "/inference/v1/generate"),
     ("POST", "/v1/embeddings"),
     ("POST", "/tokenize"),
     ("POST", "/detokenize"),

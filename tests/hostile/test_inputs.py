@@ -17,6 +17,9 @@ from tests.hostile.app import assert_openai_error, build, client
 JSON_ROUTES = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/chat/completions/render"),
+    ("POST", "/v1/completions/render"),
+    ("POST", "/inference/v1/generate"),
     ("POST", "/v1/embeddings"),
     ("POST", "/tokenize"),
     ("POST", "/detokenize"),

@@ -126,6 +126,11 @@ SPECIALS = ["<s>", "<|im_start|>", "<|im_end|>"]
 
 @pytest.fixture(scope="module")
 def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokenizer_json(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def write_tokenizer_json(path: Path) -> Path:
+    """A small byte-level BPE tokenizer.json trained on :data:`CORPUS`, written to ``path``."""
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -135,7 +140,6 @@ def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tok.train_from_iterator(CORPUS, trainer)
     # A BOS on completions prompts, as Llama-style post-processors add.
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return path
 

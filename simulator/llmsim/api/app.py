@@ -18,7 +18,7 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import admin_routes, routes
+from llmsim.api import admin_routes, router_routes, routes
 from llmsim.api.access import Access
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
 from llmsim.api.identity import Identity, with_headers
@@ -29,6 +29,7 @@ from llmsim.api.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     EmbeddingRequest,
+    GenerateRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
@@ -40,9 +41,17 @@ from llmsim.api.response_models import (
     DetokenizeResponse,
     EmbeddingResponse,
     FaultSettings,
+    GenerateResponse,
+    GenerateStreamResponse,
+    GetLoadResponse,
     IsSleepingResponse,
     LoadResponse,
+    LoadsResponse,
+    ModelInfo,
     ModelList,
+    RenderedPrompt,
+    RenderedPrompts,
+    ServerInfo,
     SleepResponse,
     TokenizeResponse,
     VersionResponse,
@@ -68,15 +77,15 @@ _PAGE_ANSWERS: dict[tuple[str, str], tuple[int, str | None]] = {
 
 
 class LlmsimApp(FastAPI):
-    """FastAPI, with the arrival stamp and the two completion routes in front of its middleware.
+    """FastAPI, with the arrival stamp and the generation routes in front of its middleware.
 
     The arrival stamp is taken first thing, before any middleware: token deadlines are computed
     from it, so request handling before the engine (shorter than TTFT) is absorbed instead of
     being added to the simulated latency.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/completions`` skip routing and FastAPI's own
-    middleware (each layer wraps ``send``, a coroutine hop per streamed token) and get the server's
-    own ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
+    ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``POST /inference/v1/generate``
+    (the ``hot`` endpoints) skip routing and FastAPI's own middleware (each layer wraps ``send``, a
+    coroutine hop per streamed token) and get the server's own ``send``; errors are answered as the stack would (OpenAI-shaped APIError, else a plain 500).
     Every other request, and these paths with other methods (405), go through FastAPI.
 
     With ``fast_path`` False (``llmsim serve --no-fast-path``) they go through the stack too.
@@ -327,7 +336,12 @@ def create_app(
             if on_shutdown is not None:
                 await on_shutdown()
 
-    hot = {"/v1/chat/completions": routes.chat_completions, "/v1/completions": routes.completions}
+    hot = {
+        "/v1/chat/completions": routes.chat_completions,
+        "/v1/completions": routes.completions,
+        # Not for speed: the fast path counts the requests in flight that a shutdown drains.
+        "/inference/v1/generate": router_routes.generate,
+    }
     app = LlmsimApp(
         now=state.clock.now,
         hot=hot,
@@ -384,6 +398,32 @@ def create_app(
     app.add_json_route(
         "/detokenize", routes.detokenize, [DetokenizeRequest], DetokenizeResponse, summary="Text of token ids (vLLM)"
     )
+    app.add_json_route(
+        "/v1/chat/completions/render",
+        router_routes.render_chat,
+        [ChatCompletionRequest],
+        RenderedPrompt,
+        summary="A chat request's prompt token ids, as a generate body (vLLM)",
+    )
+    app.add_json_route(
+        "/v1/completions/render",
+        router_routes.render_completion,
+        [CompletionRequest],
+        RenderedPrompts,
+        summary="A completions request's prompts' token ids, as generate bodies (vLLM)",
+    )
+    app.add_json_route(
+        "/inference/v1/generate",
+        router_routes.generate,
+        [GenerateRequest],
+        GenerateResponse,
+        errors=(400, 404, 503),
+        stream=GenerateStreamResponse,
+        summary="Token ids in, token ids out (vLLM)",
+    )
+    app.add_api_route("/get_load", router_routes.get_load, methods=["GET"], responses=responses(GetLoadResponse))
+    app.add_api_route("/server_info", router_routes.server_info, methods=["GET"], responses=responses(ServerInfo))
+    app.add_api_route("/model_info", router_routes.model_info, methods=["GET"], responses=responses(ModelInfo))
     app.add_api_route("/v1/models", routes.list_models, methods=["GET"], responses=responses(ModelList))
     health = responses(None, description="Serving (empty body)")
     # response_class Response: no body, so no content type is documented.
@@ -435,6 +475,7 @@ def create_app(
     )
     app.add_api_route("/version", _version, methods=["GET"], responses=responses(VersionResponse))
     app.add_api_route("/load", _load_route(state), methods=["GET"], responses=responses(LoadResponse))
+    app.add_api_route("/v1/loads", router_routes.loads, methods=["GET"], responses=responses(LoadsResponse))
     return app
 
 

@@ -24,26 +24,30 @@ _ERROR_DESCRIPTIONS = {
 
 
 def sse_content(chunk: type[BaseModel]) -> dict[str, Any]:
-    """A ``text/event-stream`` answer whose events carry ``chunk`` objects (JSON Schema's
-    ``contentMediaType``/``contentSchema``: the stream is text, its decoded events are described)."""
-    events = {
-        "type": "array",
-        "description": "The events' `data`, in order: chunks, an error if one happens mid-stream, then `[DONE]`.",
-        "items": {
+    """A ``text/event-stream`` answer whose events carry ``chunk`` objects.
+
+    Described event by event with OpenAPI 3.2's ``itemSchema`` (what schemathesis checks each
+    event against): an event's ``data`` is ``[DONE]``, or JSON (``contentMediaType``) holding a
+    chunk, or an error if one happens mid-stream. No ``schema``: before 3.2 a tool reads it as the
+    schema of each event, which is no string.
+    """
+    payload = {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": {
             "anyOf": [
                 {"$ref": f"#/components/schemas/{chunk.__name__}"},
                 {"$ref": f"#/components/schemas/{ErrorResponse.__name__}"},
-                {"const": "[DONE]"},
             ]
         },
     }
-    schema = {
-        "type": "string",
+    event = {
+        "type": "object",
         "description": f"With `stream: true`: `data: <{chunk.__name__} JSON>` events, then `data: [DONE]`.",
-        "contentMediaType": "text/event-stream",
-        "contentSchema": events,
+        "required": ["data"],
+        "properties": {"data": {"if": {"const": "[DONE]"}, "then": True, "else": payload}},
     }
-    return {"text/event-stream": {"schema": schema}}
+    return {"text/event-stream": {"itemSchema": event}}
 
 
 def request_body(*models: type[BaseModel]) -> dict[str, Any]:

@@ -11,8 +11,10 @@ in two kinds, each answered 400 as vLLM answers it:
   ranges, ``max_tokens``, the logprobs limit, empty and out-of-vocabulary prompts).
 
 Accepted and ignored, as their effect is on sampling, which a script does not do: the values of
-temperature, top_p, top_k, min_p, the penalties, logit_bias, min_tokens, user, suffix, and any
-unknown field (OpenAI's own clients send new fields before servers know them).
+temperature, top_p, top_k, min_p, the penalties, logit_bias, min_tokens, user, suffix,
+``kv_transfer_params``, and any unknown field (OpenAI's own clients send new fields before servers
+know them; the P/D and DP routers add theirs: ``no_stop_trim``, ``bootstrap_room``,
+``data_parallel_rank``...). As vLLM, the routes log the unknown fields' names.
 """
 
 from __future__ import annotations
@@ -171,6 +173,9 @@ class _Common(_Lenient):
     response_format: ResponseFormat | None = None
     # vLLM extension: generate exactly max_tokens.
     ignore_eos: bool = False
+    # vLLM's P/D hand-off (a KV connector's parameters). Accepted and not acted on: the prefill
+    # and decode legs are each served as a whole request (docs/api.md).
+    kv_transfer_params: dict[str, Any] | None = None
 
     def stop_tuple(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -498,3 +503,88 @@ class EmbeddingRequest(_Lenient):
         if value and all(isinstance(v, int) for v in value):
             return [[v for v in value if isinstance(v, int)]]
         return [v for v in value if isinstance(v, str | list)]
+
+
+class SamplingParamsBody(_Lenient):
+    """vLLM's ``SamplingParams`` in a token-in request (``/inference/v1/generate``): the fields llmsim acts on.
+
+    ``max_tokens`` unset: up to the context length, as vLLM's route fills it in. The sampling
+    values themselves are accepted and ignored (a script does not sample).
+    """
+
+    n: int = 1
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    seed: Int64 | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logprobs: int | None = None
+    detokenize: bool = True
+    skip_special_tokens: bool = True
+
+    def stop_tuple(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def check(self) -> None:
+        """SamplingParams' own checks on the fields llmsim acts on. Raises :class:`RequestInvalid`."""
+        if not 1 <= self.n <= MAX_N:
+            raise RequestInvalid(f"n must be in [1, {MAX_N}], got {self.n}.", "sampling_params.n", self.n)
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise RequestInvalid(
+                f"max_tokens must be at least 1, got {self.max_tokens}.", "sampling_params.max_tokens", self.max_tokens
+            )
+        if self.min_tokens < 0:
+            raise RequestInvalid(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise RequestInvalid(
+                f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, got {self.min_tokens}."
+            )
+        if any(not s for s in self.stop_tuple()):
+            raise RequestInvalid("stop cannot contain an empty string.")
+
+
+class GenerateRequest(_Lenient):
+    """vLLM's token-in/token-out request (``POST /inference/v1/generate``); what the render routes answer."""
+
+    request_id: str | None = None
+    token_ids: list[TokenId]
+    features: Any = None
+    sampling_params: SamplingParamsBody
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+    kv_transfer_params: dict[str, Any] | None = None
+
+    def check(self, *, vocab_size: int) -> None:
+        """The prompt and the sampling parameters. Raises :class:`RequestInvalid`."""
+        if not self.token_ids:
+            raise RequestInvalid("The decoder prompt cannot be empty")
+        top = max(self.token_ids)
+        if top >= vocab_size:
+            raise RequestInvalid(f"Token id {top} is out of vocabulary")
+        self.sampling_params.check()
+
+    def to_generation_request(self, model: str) -> GenerationRequest:
+        params = self.sampling_params
+        return GenerationRequest(
+            model=model,
+            messages=(),
+            prompt_token_ids=tuple(self.token_ids),
+            max_tokens=params.max_tokens,
+            seed=params.seed,
+            stop=params.stop_tuple(),
+            ignore_eos=params.ignore_eos,
+            n=params.n,
+            chat=False,
+        )

@@ -239,3 +239,103 @@ class WakeUpResponse(_Body):
 
 class IsSleepingResponse(_Body):
     is_sleeping: bool
+
+
+class RenderedPrompt(_Body):
+    """A chat or completions request rendered to token ids (vLLM's render routes): a ``/inference/v1/generate`` body."""
+
+    request_id: str
+    # The prompt's token ids, chat template included: the ids the prefix cache hashes.
+    token_ids: list[int]
+    features: Any = None
+    sampling_params: dict[str, Any]
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+    kv_transfer_params: dict[str, Any] | None = None
+
+
+class RenderedPrompts(RootModel[list[RenderedPrompt]]):
+    """``/v1/completions/render``: one rendered request per prompt."""
+
+
+class GenerateChoice(_Body):
+    index: int
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+
+
+class GenerateResponse(_Body):
+    request_id: str
+    model: str | None = None
+    created: int | None = None
+    choices: list[GenerateChoice]
+    usage: UsageInfo | None = None
+    prompt_logprobs: list[Any] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+
+
+class GenerateStreamResponse(_Body):
+    """One ``data:`` event of a streamed ``/inference/v1/generate``: a choice's new token ids, or the usage."""
+
+    request_id: str
+    choices: list[GenerateChoice]
+    usage: UsageInfo | None = None
+
+
+class GetLoadResponse(_Body):
+    # vllm-router's power_of_two reads it: requests in flight (running + waiting) across the server.
+    load: int
+
+
+class RankLoad(_Body):
+    dp_rank: int
+    num_running_reqs: int
+    num_waiting_reqs: int
+    # Tokens of KV cache the requests hold; absent for an engine without a KV cache.
+    num_total_tokens: int | None = None
+
+
+class AggregateLoad(_Body):
+    total_running_reqs: int
+    total_waiting_reqs: int
+    total_tokens: int | None = None
+
+
+class LoadsResponse(_Body):
+    """SGLang's ``/v1/loads`` (sglang-router's power_of_two reads ``aggregate.total_tokens``)."""
+
+    version: str
+    loads: list[RankLoad]
+    aggregate: AggregateLoad
+
+
+class ServerInfo(_Body):
+    """SGLang's ``/server_info``: the server arguments a router reads at startup (``dp_size`` above all)."""
+
+    model_path: str
+    tokenizer_path: str
+    served_model_name: str
+    dp_size: int
+    tp_size: int
+    context_length: int
+    disaggregation_mode: str
+    is_embedding: bool
+    version: str
+
+
+class ModelInfo(_Body):
+    """SGLang's ``/model_info``."""
+
+    model_path: str
+    tokenizer_path: str
+    is_generation: bool
+    preferred_sampling_params: dict[str, Any] | None = None
+    weight_version: str
+    has_image_understanding: bool
+    has_audio_understanding: bool
+    model_type: str | None = None
+    architectures: list[str] | None = None

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import logging
 import struct
 import time
 import uuid
@@ -52,6 +53,8 @@ from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Messag
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 T = TypeVar("T")
+
+logger = logging.getLogger("llmsim.api")
 
 
 def _state(request: Request) -> ApiState:
@@ -209,6 +212,22 @@ def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel)
         body.check(vocab_size=served.generator.vocab_size)
     except RequestInvalid as exc:
         raise bad_request(exc) from None
+    _log_ignored(body)
+
+
+#: Whether the one log line about ``kv_transfer_params`` was written (routers send them on every request).
+_kv_transfer_noted = False
+
+
+def _log_ignored(body: BaseModel) -> None:
+    """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of them)."""
+    global _kv_transfer_noted
+    extra = body.model_extra
+    if extra:
+        logger.warning("The following fields were present in the request but ignored: %s", sorted(extra))
+    if getattr(body, "kv_transfer_params", None) is not None and not _kv_transfer_noted:
+        _kv_transfer_noted = True
+        logger.warning("kv_transfer_params: P/D hand-off is not simulated; each leg is served as a whole request")
 
 
 async def chat_completions(request: Request) -> Response:
