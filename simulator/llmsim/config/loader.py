@@ -109,6 +109,11 @@ def load_models_config(path: str | Path | None = None) -> ModelsConfig:
     return _validate(read_yaml_file(path), str(path))
 
 
+def validate_models_config(raw: Any, file: str) -> ModelsConfig:
+    """Check an already-parsed models.yml mapping (``vllm serve``'s flags build one); ``file`` names it in errors."""
+    return _validate(raw, file)
+
+
 def _validate(raw: Any, file: str) -> ModelsConfig:
     if not isinstance(raw, dict):
         raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
