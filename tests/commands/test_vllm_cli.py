@@ -178,6 +178,7 @@ REFUSED: list[tuple[list[str], str, str]] = [
     ([LLAMA, "--kv-events-config", '{"replay_endpoint": "tcp://*:5560"}'], "--kv-events-config", "replay"),
     ([LLAMA, "--kv-events-config", '{"bogus": 1}'], "--kv-events-config", "bogus"),
     ([LLAMA, "--kv-transfer-config", "not json"], "--kv-transfer-config", "invalid JSON"),
+    ([LLAMA, "--enable-auto-tool-choice"], "--enable-auto-tool-choice", "requires --tool-call-parser"),
     ([LLAMA, "--no-enable-chunked-prefill"], "--no-enable-chunked-prefill", "always chunks"),
     # The config loader's checks, named by the flag.
     ([LLAMA, "--block-size", "0"], "--block-size", "greater than 0"),

@@ -362,6 +362,9 @@ def _lora(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any] | No
 def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
     """The models.yml mapping vLLM's flags describe (one scheduler model on one simulated GPU)."""
     _refuse_parallel(args)
+    if args.vllm_ignored_enable_auto_tool_choice and args.vllm_ignored_tool_call_parser is None:
+        # vLLM's validate_parsed_serve_args.
+        raise VllmArgError("--enable-auto-tool-choice", "requires --tool-call-parser")
     if args.enable_chunked_prefill is False:
         raise VllmArgError("--no-enable-chunked-prefill", "not simulated: llmsim's scheduler always chunks prefills")
     model_id = args.model_tag or args.vllm_model
