@@ -45,7 +45,9 @@ MAPPING: list[tuple[list[str], str, Any]] = [
     ([LLAMA], "hardware", "h100-80gb"),
     # No --max-model-len: the model's own context (Llama 3.1: 128K).
     ([LLAMA], "context_length", 131072),
+    # auto (or -1): the longest context that fits, at most the model's; Llama 3.1 8B fits whole on an H100.
     ([LLAMA, "--max-model-len", "-1"], "context_length", 131072),
+    ([LLAMA, "--max-model-len", "auto"], "context_length", 131072),
     ([LLAMA, "--served-model-name", "llama"], "name", "llama"),
     ([LLAMA, "--max-model-len", "32768"], "context_length", 32768),
     ([LLAMA, "--max-model-len", "32k"], "context_length", 32000),
@@ -97,6 +99,17 @@ def test_the_gpu_comes_from_the_environment_without_the_flag(monkeypatch: pytest
     monkeypatch.setenv("LLMSIM_HARDWARE", "l40s-48gb")
     assert model(LLAMA).hardware == "l40s-48gb"
     assert model(LLAMA, "--hardware", "a100-80gb").hardware == "a100-80gb"
+
+
+def test_max_model_len_auto_cuts_the_context_to_the_kv_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    # An A100 40GB at 0.5: 20 GiB less 16.06 GB of weights, in blocks of 16 tokens x 131,072 B.
+    usable = 0.5 * 40 * 2**30 - 8.03e9 * 2
+    blocks = int(usable // (16 * LLAMA_KV_ELEMENTS * 2))
+    argv = [LLAMA, "--hardware", "a100-40gb", "--gpu-memory-utilization", "0.5"]
+    assert model(*argv, "--max-model-len", "auto").context_length == (blocks - 1) * 16
+    # Without auto, vLLM refuses a model whose whole context does not fit.
+    assert main(["serve", *argv]) == 2
+    assert "context_length 131072 does not fit in the KV cache" in capsys.readouterr().err
 
 
 def test_lora_modules_in_both_of_vllms_forms() -> None:

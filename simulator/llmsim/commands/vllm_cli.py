@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import llmsim_capacity
 from llmsim.config import ModelsConfig
 from llmsim.config.loader import builtin_model_profiles, read_data_file, validate_models_config
 from llmsim.errors import ConfigError, parse_yaml
@@ -132,8 +133,12 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+#: --max-model-len auto (or -1): the longest context the KV cache holds, at most the model's.
+AUTO = -1
+
+
 def human_int(text: str) -> int:
-    """vLLM's ``human_readable_int``: ``32768``, ``32k`` (x1000), ``32K`` (x1024), ``1m``/``1M``; -1 is auto."""
+    """vLLM's ``human_readable_int``: ``32768``, ``32k`` (x1000), ``32K`` (x1024), ``1m``/``1M``."""
     match = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
     if match is None:
         raise argparse.ArgumentTypeError(f"invalid integer '{text}' (e.g. 32768, 32k, 32K)")
@@ -145,6 +150,10 @@ def human_int(text: str) -> int:
     if not value.is_integer():
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of tokens")
     return int(value)
+
+
+def _max_model_len(text: str) -> int:
+    return AUTO if text.strip().lower() == "auto" else human_int(text)
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -184,7 +193,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"simulated GPU (hardware.yml; env LLMSIM_HARDWARE; default {DEFAULT_HARDWARE})",
     )
     g.add_argument("--served-model-name", nargs="+", help="name requests give in 'model' (default: MODEL)")
-    g.add_argument("--max-model-len", type=human_int, help="context length (default: the model's)")
+    g.add_argument(
+        "--max-model-len",
+        type=_max_model_len,
+        help="context length (default: the model's; auto or -1: the longest that fits, at most the model's)",
+    )
     g.add_argument("--max-num-seqs", type=int, help="sequences running at once")
     g.add_argument("--max-num-batched-tokens", type=human_int, help="token budget of one step")
     g.add_argument("--gpu-memory-utilization", type=float, help="fraction of GPU memory for weights and KV cache")
@@ -383,7 +396,7 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         "weights": {"bytes_per_parameter": _weight_bytes(args, checkpoint_bytes)},
         "kv_cache": {"bytes_per_token": _kv_bytes_per_token(args, profile_kv)},
     }
-    if args.max_model_len is not None and args.max_model_len != -1:
+    if args.max_model_len is not None and args.max_model_len != AUTO:
         entry["context_length"] = args.max_model_len
     for dest, key in (
         ("block_size", "block_size"),
@@ -458,6 +471,29 @@ def config_error(exc: ConfigError) -> VllmArgError:
     return VllmArgError(flag, exc.message)
 
 
+def _fitted_context(config: ModelsConfig) -> int | None:
+    """vLLM's ``--max-model-len auto``: the model's context, cut to what the KV cache holds.
+
+    None when the weights leave no room at all (the runtime's check then says so).
+    """
+    model = config.models[0]
+    assert model.hardware is not None
+    assert model.weights is not None
+    assert model.kv_cache is not None
+    try:
+        blocks = llmsim_capacity.num_kv_blocks(
+            hbm_bytes=config.hardware[model.hardware].hbm_gib * llmsim_capacity.GIB,
+            gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,
+            weight_bytes=model.weights.bytes,
+            kv_bytes_per_token=model.kv_cache.bytes_per_token,
+            block_size=model.kv_cache.block_size,
+        )
+    except llmsim_capacity.CapacityError:
+        return None
+    # Block 0 is vLLM's null block: a request can use the others.
+    return min(model.context_length, (blocks - 1) * model.kv_cache.block_size)
+
+
 def build(args: argparse.Namespace) -> VllmServe:
     """Check and translate vLLM's flags. Raises :class:`VllmArgError` naming the flag at fault."""
     if args.config is not None:
@@ -465,6 +501,11 @@ def build(args: argparse.Namespace) -> VllmServe:
     raw = models_mapping(args)
     try:
         config = validate_models_config(raw, COMMAND_LINE)
+        if args.max_model_len == AUTO:
+            fitted = _fitted_context(config)
+            if fitted is not None:
+                raw["models"][0]["context_length"] = fitted
+                config = validate_models_config(raw, COMMAND_LINE)
     except ConfigError as exc:
         raise config_error(exc) from None
     ignored = []
