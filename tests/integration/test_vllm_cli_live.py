@@ -114,6 +114,6 @@ def test_llm_d_inference_sim_headers_and_readiness(trust_and_server: tuple[ssl.S
 
 def test_one_warning_names_the_flags_without_effect(trust_and_server: tuple[ssl.SSLContext, ServerProcess]) -> None:
     _, server = trust_and_server
-    warnings = [line for line in server.log().splitlines() if "no effect on the simulation" in line]
+    warnings = [line for line in server.log().splitlines() if "without effect on the simulation" in line]
     assert len(warnings) == 1
     assert warnings[0].endswith(": --enforce-eager, --swap-space")

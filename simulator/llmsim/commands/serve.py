@@ -146,9 +146,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         checked = (vllm.config, vllm_cli.COMMAND_LINE)
         if vllm.ignored:
-            logger.warning(
-                "accepted, no effect on the simulation (a real GPU's internals): %s", ", ".join(vllm.ignored)
-            )
+            logger.warning("accepted without effect on the simulation (docs/vllm-cli.md): %s", ", ".join(vllm.ignored))
     # vLLM: the flag wins over the environment variable.
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
     admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])

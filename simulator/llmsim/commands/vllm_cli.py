@@ -30,8 +30,10 @@ __all__ = [
     "VllmServe",
     "add_arguments",
     "build",
+    "config_error",
     "flag_for_field",
     "known_model_ids",
+    "models_mapping",
     "normalize_argv",
     "requested",
 ]
