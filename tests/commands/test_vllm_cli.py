@@ -109,7 +109,9 @@ def test_max_model_len_auto_cuts_the_context_to_the_kv_cache(capsys: pytest.Capt
     assert model(*argv, "--max-model-len", "auto").context_length == (blocks - 1) * 16
     # Without auto, vLLM refuses a model whose whole context does not fit.
     assert main(["serve", *argv]) == 2
-    assert "context_length 131072 does not fit in the KV cache" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("llmsim: --max-model-len 131072 does not fit in the KV cache")
+    assert err.endswith("raise --gpu-memory-utilization or lower --max-model-len\n")
 
 
 def test_lora_modules_in_both_of_vllms_forms() -> None:

@@ -453,6 +453,13 @@ _FIELD_FLAGS = {
 }
 
 
+#: models.yml words in the runtime's capacity errors, and the flags that set them.
+_FIELD_WORDS = (
+    ("context_length", "--max-model-len"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+)
+
+
 def flag_for_field(field: str | None) -> str | None:
     """The flag a models.yml field of the built config came from (None: no single flag)."""
     if field is None:
@@ -467,9 +474,11 @@ def config_error(exc: ConfigError) -> VllmArgError:
     """A config error of the built config, as an error of the flag that set the field."""
     flag = flag_for_field(exc.field)
     if flag is None:
-        # Across flags (weights and context against the GPU): the models.yml field says which.
-        field = f"{exc.field}: " if exc.field else ""
-        return VllmArgError(None, f"{field}{exc.message}")
+        # Across flags (the weights and the context against the GPU): said in the flags' words.
+        message = exc.message
+        for field, words in _FIELD_WORDS:
+            message = message.replace(field, words)
+        return VllmArgError(None, message)
     return VllmArgError(flag, exc.message)
 
 
