@@ -269,6 +269,7 @@ def _serve_model(
     lora = lora_params(model)
     return ServedModel(
         name=model.name,
+        aliases=tuple(model.aliases),
         generator=generator,
         engine=built.engine,
         context_length=model.context_length,
@@ -358,6 +359,8 @@ def build_runtime(
     for served in models.values():
         for adapter in served.lora_adapters:
             state.lora_adapters[adapter] = served.name
+        for alias in served.aliases:
+            state.aliases[alias] = served.name
 
     async def start() -> None:
         for served in models.values():

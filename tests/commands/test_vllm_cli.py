@@ -49,6 +49,10 @@ MAPPING: list[tuple[list[str], str, Any]] = [
     ([LLAMA, "--max-model-len", "-1"], "context_length", 131072),
     ([LLAMA, "--max-model-len", "auto"], "context_length", 131072),
     ([LLAMA, "--served-model-name", "llama"], "name", "llama"),
+    # Several names: the first names the model in responses, every one is served.
+    ([LLAMA, "--served-model-name", "llama", "llama-8b", LLAMA], "name", "llama"),
+    ([LLAMA, "--served-model-name", "llama", "llama-8b", LLAMA], "aliases", ["llama-8b", LLAMA]),
+    ([LLAMA], "aliases", []),
     ([LLAMA, "--max-model-len", "32768"], "context_length", 32768),
     ([LLAMA, "--max-model-len", "32k"], "context_length", 32000),
     ([LLAMA, "--max-model-len", "32K"], "context_length", 32768),
@@ -183,7 +187,12 @@ REFUSED: list[tuple[list[str], str, str]] = [
     ([LLAMA, "--data-parallel-rank", "1"], "--data-parallel-rank", "must be 0"),
     (["acme/unknown-7b"], "MODEL", "meta-llama/Llama-3.1-8B-Instruct"),
     ([LLAMA, "--quantization", "bitsandbytes"], "--quantization", "not simulated"),
-    ([LLAMA, "--served-model-name", "a", "b"], "--served-model-name", "several names"),
+    ([LLAMA, "--served-model-name", "a", "b", "a"], "--served-model-name", "alias 'a' is already"),
+    (
+        [LLAMA, "--served-model-name", "a", "b", "--enable-lora", "--lora-modules", "b=/p"],
+        "--lora-modules",
+        "LoRA adapter 'b' has the name of a served model",
+    ),
     ([LLAMA, "--lora-modules", "a=/p"], "--lora-modules", "needs --enable-lora"),
     (
         [LLAMA, "--enable-lora", "--lora-modules", '{"name": "a", "path": "/p", "base_model_name": "other"}'],

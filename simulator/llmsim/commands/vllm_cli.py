@@ -387,11 +387,10 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         raise VllmArgError("MODEL", "vLLM's flags need a model (llmsim serve MODEL ... or --model MODEL)")
     profile, checkpoint_bytes = _resolve_model(model_id)
     names = args.served_model_name or [model_id]
-    if len(names) > 1:
-        raise VllmArgError("--served-model-name", "several names for one model are not served yet; give one")
     profile_kv = int(builtin_model_profiles()[profile]["kv_cache"]["bytes_per_token"])
     entry: dict[str, Any] = {
         "name": names[0],
+        "aliases": names[1:],
         "engine": "scheduler",
         "profile": profile,
         "hardware": args.hardware or os.environ.get("LLMSIM_HARDWARE") or DEFAULT_HARDWARE,
@@ -435,6 +434,7 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
 #: models.yml fields and the flag each comes from, for errors (longest prefix first wins).
 _FIELD_FLAGS = {
     "name": "--served-model-name",
+    "aliases": "--served-model-name",
     "hardware": "--hardware",
     "profile": "MODEL",
     "context_length": "--max-model-len",
