@@ -58,6 +58,7 @@ def trust_and_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         MODEL,
         "--served-model-name",
         "llama",
+        "llama-8b",
         "--max-model-len",
         "8192",
         "--max-num-seqs",
@@ -82,15 +83,18 @@ def test_the_openai_sdk_is_served_over_tls(trust_and_server: tuple[ssl.SSLContex
     trust, server = trust_and_server
     with openai.DefaultHttpxClient(verify=trust) as http:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0, http_client=http)
-        [listed] = client.models.list().data
-        assert listed.id == "llama"
-        assert (listed.model_extra or {})["max_model_len"] == 8192
+        listed = client.models.list().data
+        assert [m.id for m in listed] == ["llama", "llama-8b"]
+        assert (listed[0].model_extra or {})["max_model_len"] == 8192
         reply = client.chat.completions.create(
             model="llama", messages=[{"role": "user", "content": "hi"}], max_tokens=5, extra_body={"ignore_eos": True}
         )
         assert reply.model == "llama"
         assert reply.usage is not None
         assert reply.usage.completion_tokens == 5
+        # Any served name; the answer gives the first, as vLLM's.
+        aliased = client.completions.create(model="llama-8b", prompt="hi", max_tokens=2)
+        assert aliased.model == "llama"
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(
                 base_url=server.base_url + "/v1", api_key="wrong", max_retries=0, http_client=http
