@@ -508,7 +508,9 @@ def _fitted_context(config: ModelsConfig) -> int | None:
 def build(args: argparse.Namespace) -> VllmServe:
     """Check and translate vLLM's flags. Raises :class:`VllmArgError` naming the flag at fault."""
     if args.config is not None:
-        raise VllmArgError("--config", "llmsim's models.yml and vLLM's model flags are two forms: give one")
+        raise VllmArgError(
+            "--config", "llmsim's models.yml (--config or LLMSIM_CONFIG) and vLLM's model flags are two forms: give one"
+        )
     raw = models_mapping(args)
     try:
         config = validate_models_config(raw, COMMAND_LINE)
