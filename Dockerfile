@@ -2,6 +2,7 @@
 #   docker build -t llmsim:dev .
 #   docker run --rm -p 8000:8000 llmsim:dev            # embedded models.yml and responses.yml
 #   docker run --rm -p 8000:8000 -v $PWD/models.yml:/etc/llmsim/models.yml:ro llmsim:dev --config /etc/llmsim/models.yml
+#   docker run --rm -p 8000:8000 --entrypoint vllm llmsim:dev serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 32768
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -17,9 +18,14 @@ LABEL org.opencontainers.image.title="llmsim" \
       org.opencontainers.image.source="https://github.com/llmsim/llmsim" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /install /usr/local
+# vLLM's entry points, in the image only (deploy/vllm-shim/README.md): `vllm serve ...` and
+# `python -m vllm.entrypoints.openai.api_server ...` run `llmsim serve ...`.
+COPY --chmod=755 deploy/vllm-shim/bin/vllm /usr/local/bin/vllm
+COPY deploy/vllm-shim/python /opt/llmsim-vllm-shim
 # Read-only root filesystems are the norm in the cluster: never write .pyc files at runtime.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    PYTHONPATH=/opt/llmsim-vllm-shim \
     LLMSIM_HOST=0.0.0.0 \
     LLMSIM_PORT=8000
 # 65532: the conventional "nonroot" uid/gid, which the operator's manifests also set as runAsUser. It gets

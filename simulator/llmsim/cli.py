@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from llmsim import __version__
 from llmsim.commands import bench, calibrate, check, plan, serve
+from llmsim.commands.vllm_cli import normalize_argv
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = normalize_argv(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -269,6 +269,7 @@ def _serve_model(
     lora = lora_params(model)
     return ServedModel(
         name=model.name,
+        aliases=tuple(model.aliases),
         generator=generator,
         engine=built.engine,
         context_length=model.context_length,
@@ -306,15 +307,21 @@ def build_runtime(
     identity: Identity | None = None,
     crash: Crash = exit_process,
     fast_path: bool = True,
+    checked_config: tuple[ModelsConfig, str] | None = None,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
     ``access`` (API and admin keys) and ``identity`` (pod and namespace headers) come from the
     command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in);
-    ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md).
+    ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md);
+    ``checked_config``: a config already checked and what errors call it (``vllm serve``'s flags), instead of
+    ``config_path``.
     """
-    config = load_models_config(config_path)
-    file = str(config_path) if config_path is not None else EMBEDDED_MODELS
+    if checked_config is not None:
+        config, file = checked_config
+    else:
+        config = load_models_config(config_path)
+        file = str(config_path) if config_path is not None else EMBEDDED_MODELS
     script = load_responses(responses_path)
     clock = clock or MonotonicClock()
     created = int(time.time())
@@ -352,6 +359,8 @@ def build_runtime(
     for served in models.values():
         for adapter in served.lora_adapters:
             state.lora_adapters[adapter] = served.name
+        for alias in served.aliases:
+            state.aliases[alias] = served.name
 
     async def start() -> None:
         for served in models.values():

@@ -144,6 +144,8 @@ async def test_identity_headers_on_every_response(tmp_path: Path) -> None:
         assert (b"x-request-id", b"trace-1") in headers
         assert (b"x-llmsim-pod", b"sim-7f9c") in headers
         assert (b"x-llmsim-namespace", b"team-a") in headers
+    # llm-d-inference-sim's names, only from its own environment variables.
+    assert not any(name.startswith(b"x-inference-") for name, _ in cases[0].start["headers"])
     # vLLM names the completion after the client's X-Request-Id.
     first = json.loads(cases[0].body.split(b"\n\n")[0][len(b"data: ") :])
     assert first["id"] == "chatcmpl-trace-1"
@@ -161,3 +163,18 @@ async def test_without_a_client_id_each_response_gets_its_own_and_the_completion
         ids.append(request_id)
         assert not any(k == b"x-llmsim-pod" for k, _ in ex.start["headers"])
     assert ids[0] != ids[1]
+
+
+@pytest.mark.looptime
+async def test_llm_d_inference_sim_identity_headers(tmp_path: Path) -> None:
+    identity = Identity(inference_pod="sim-7f9c", inference_namespace="team-a", port=8000)
+    runtime = build(tmp_path, Access([]), identity)
+    for ex in (
+        await call(runtime.app, "/v1/chat/completions", CHAT),
+        await call(runtime.app, "/health/ready", None, method="GET"),
+    ):
+        headers = ex.start["headers"]
+        assert (b"x-inference-pod", b"sim-7f9c") in headers
+        assert (b"x-inference-namespace", b"team-a") in headers
+        assert (b"x-inference-port", b"8000") in headers
+        assert not any(name.startswith(b"x-llmsim-pod") for name, _ in headers)

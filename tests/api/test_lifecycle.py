@@ -76,6 +76,9 @@ async def test_health_is_503_until_the_simulated_load_is_done(tmp_path: Path) ->
     async for runtime in started(tmp_path, startup_seconds=30):
         t0 = loop.time()
         assert (await get(runtime, "/health")).start["status"] == 503
+        # llm-d-inference-sim's readiness paths answer as /health does.
+        assert (await get(runtime, "/ready")).start["status"] == 503
+        assert (await get(runtime, "/health/ready")).start["status"] == 503
         assert (await get(runtime, "/ping")).start["status"] == 200  # alive, not ready
         refused = await call(runtime.app, CHAT, chat())
         assert refused.start["status"] == 503
@@ -90,6 +93,8 @@ async def test_health_is_503_until_the_simulated_load_is_done(tmp_path: Path) ->
         await asyncio.sleep(0.5)
         assert loop.time() - t0 == pytest.approx(30.0)
         assert (await get(runtime, "/health")).start["status"] == 200
+        assert (await get(runtime, "/ready")).start["status"] == 200
+        assert (await get(runtime, "/health/ready")).start["status"] == 200
         served = await call(runtime.app, CHAT, chat())
         assert served.start["status"] == 200
         assert finish_reasons(served) == ["stop"]

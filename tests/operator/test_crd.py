@@ -205,6 +205,7 @@ NOT_IN_THE_CRD = {
     "kv_events.topic": "spec.kvEvents.topic, whose default is llm-d's topic rather than llmsim's ''",
     "kv_events.hwm": "not exposed yet",
     "embeddings": "not exposed yet",
+    "aliases": "not exposed yet (the vLLM form's --served-model-name sets it)",
 }
 
 

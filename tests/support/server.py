@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -49,10 +50,12 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    #: "https" when the server was started with a TLS certificate.
+    scheme: str = "http"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -69,10 +72,12 @@ def running_server(
     startup_timeout: float = 30.0,
     ready_path: str = "/health",
     open_files: int | None = None,
+    trust: ssl.SSLContext | None = None,
 ) -> Iterator[ServerProcess]:
     """Write the given YAML texts to files, start ``llmsim serve`` and wait for ``ready_path`` to answer 200.
 
     ``open_files``: the server's soft open-file limit (``ulimit -n``), when not inherited.
+    ``trust``: the server speaks TLS (``extra_args`` give its certificate); probe it trusting this.
     """
     args = [sys.executable, "-m", "llmsim.cli", "serve", "--host", "127.0.0.1"]
     if config is not None:
@@ -94,14 +99,14 @@ def running_server(
             env={**os.environ, **(env or {})},
             preexec_fn=None if open_files is None else partial(_limit_open_files, open_files),
         )
-    server = ServerProcess(proc, port, log_path)
+    server = ServerProcess(proc, port, log_path, "http" if trust is None else "https")
     try:
         deadline = time.monotonic() + startup_timeout
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"llmsim serve exited with {proc.returncode}:\n{server.log()}")
             try:
-                if httpx.get(server.base_url + ready_path, timeout=1.0).status_code == 200:
+                if httpx.get(server.base_url + ready_path, timeout=1.0, verify=trust or True).status_code == 200:
                     break
             except httpx.TransportError:
                 pass

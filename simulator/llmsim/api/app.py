@@ -428,6 +428,10 @@ def create_app(
     health = responses(None, description="Serving (empty body)")
     # response_class Response: no body, so no content type is documented.
     app.add_api_route("/health", routes.health, methods=["GET"], responses=health, response_class=Response)
+    # Readiness paths of llm-d-inference-sim (/ready) and of its users' probes (/health/ready),
+    # answering as /health does.
+    for path in ("/ready", "/health/ready"):
+        app.add_api_route(path, routes.health, methods=["GET"], responses=health, response_class=Response)
     # Two routes, as vLLM registers them (one OpenAPI operation each).
     for method in ("GET", "POST"):
         app.add_api_route(

@@ -5,6 +5,8 @@
   names a request after the header.
 - ``x-llmsim-pod``, ``x-llmsim-namespace``: the pod and namespace (the operator passes them
   through the Downward API), when set.
+- ``x-inference-pod``, ``x-inference-namespace``, ``x-inference-port``: llm-d-inference-sim's names
+  for the same, from its ``POD_NAME`` and ``POD_NAMESPACE`` environment (the port with the pod).
 
 NOTE: vLLM adds ``X-Request-Id`` only with ``--enable-request-id-headers``; llmsim always does
 (a gateway test needs it, and an extra response header breaks no client).
@@ -32,14 +34,31 @@ class Identity:
     ----------
     pod, namespace:
         Sent as ``x-llmsim-pod`` and ``x-llmsim-namespace`` when not empty.
+    inference_pod, inference_namespace, port:
+        Sent as llm-d-inference-sim's ``x-inference-pod`` (with ``x-inference-port``) and
+        ``x-inference-namespace`` when not empty.
     """
 
-    def __init__(self, pod: str | None = None, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        pod: str | None = None,
+        namespace: str | None = None,
+        *,
+        inference_pod: str | None = None,
+        inference_namespace: str | None = None,
+        port: int | None = None,
+    ) -> None:
         self._static: Headers = []
         if pod:
             self._static.append((b"x-llmsim-pod", pod.encode("latin-1")))
         if namespace:
             self._static.append((b"x-llmsim-namespace", namespace.encode("latin-1")))
+        if inference_pod:
+            self._static.append((b"x-inference-pod", inference_pod.encode("latin-1")))
+            if port is not None:
+                self._static.append((b"x-inference-port", str(port).encode()))
+        if inference_namespace:
+            self._static.append((b"x-inference-namespace", inference_namespace.encode("latin-1")))
 
     def headers(self, scope: Scope) -> Headers:
         """This request's response headers; records its request id in the scope."""

@@ -100,7 +100,7 @@ def lora_routes(state: ApiState) -> list[Route]:
         name, path = body.lora_name, body.lora_path
         if not name or not path:
             raise _invalid("Both 'lora_name' and 'lora_path' must be provided.")
-        if name in state.models:
+        if name in state.models or name in state.aliases:
             raise _invalid(f"The lora adapter '{name}' conflicts with a served base model.")
         base = state.lora_adapters.get(name)
         if base is not None and not body.load_inplace:

@@ -68,7 +68,7 @@ def _arrival(request: Request, state: ApiState) -> float:
 
 
 def _served(state: ApiState, model: str) -> ServedModel:
-    served = state.models.get(model)
+    served = state.models.get(model) or state.models.get(state.aliases.get(model, ""))
     if served is None:
         base = state.lora_adapters.get(model)
         if base is None:
@@ -113,7 +113,7 @@ def _fault(request: Request, served: ServedModel) -> Fault | None:
 
 def _with_lora(requests: list[GenerationRequest], served: ServedModel, model: str) -> list[GenerationRequest]:
     """Requests naming a LoRA adapter run on its base model with that adapter (vLLM)."""
-    if model == served.name:
+    if model == served.name or model in served.aliases:
         return requests
     return [dataclasses.replace(r, lora_name=model) for r in requests]
 
@@ -309,8 +309,9 @@ async def _respond(
     created = int(time.time())
     ids = [RequestId(f"{request_id}-{i}") for i in range(len(plans))]
     prompt_tokens = _prompt_tokens(plans, body)
-    # The name the client asked for: the base model's, or a LoRA adapter's (as vLLM answers).
-    model = body.model
+    # The name the client asked for: the base model's, or a LoRA adapter's (as vLLM answers); an
+    # alias is answered with the model's first name, as vLLM answers with its first served name.
+    model = served.name if body.model in served.aliases else body.model
     drop_after: int | None = None
     if fault is not None:
         plans = fault.pace(plans)
@@ -477,9 +478,10 @@ async def _until_disconnect(awaitable: Awaitable[T], request: Request) -> T | No
 
 async def list_models(request: Request) -> Response:
     state = _state(request)
+    # A model's aliases follow its name, as vLLM lists its served names.
     data: list[dict[str, Any]] = [
         {
-            "id": m.name,
+            "id": name,
             "object": "model",
             "created": m.created,
             "owned_by": "llmsim",
@@ -490,6 +492,7 @@ async def list_models(request: Request) -> Response:
             "llmsim": m.info.to_json(),
         }
         for m in state.models.values()
+        for name in (m.name, *m.aliases)
     ]
     # LoRA adapters after the base models, in load order, as vLLM lists them.
     data += [

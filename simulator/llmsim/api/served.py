@@ -68,3 +68,5 @@ class ServedModel:
     max_lora_adapters: int = 0
     # vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens in responses.
     enable_prompt_tokens_details: bool = False
+    # More names requests may give (vLLM's --served-model-name after the first); responses say ``name``.
+    aliases: tuple[str, ...] = ()

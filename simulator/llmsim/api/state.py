@@ -34,3 +34,5 @@ class ApiState:
     release_gate: ReleaseGate | None = None
     # LoRA adapter name -> the served model it runs on (requests name adapters in "model").
     lora_adapters: dict[str, str] = field(default_factory=dict)
+    # Alias -> the served model's name (vLLM's --served-model-name after the first).
+    aliases: dict[str, str] = field(default_factory=dict)

@@ -1,15 +1,21 @@
-"""``llmsim serve``: check the config, then serve it with uvicorn (uvloop + httptools)."""
+"""``llmsim serve``: check the config, then serve it with uvicorn (uvloop + httptools).
+
+Two forms: llmsim's (``--config models.yml``) and vLLM's (``llmsim serve MODEL --max-model-len ...``,
+translated by :mod:`llmsim.commands.vllm_cli`; docs/vllm-cli.md).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import ssl
 import sys
 
 from llmsim.api.access import Access, parse_keys
 from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
+from llmsim.commands import vllm_cli
 from llmsim.errors import ConfigError
 from llmsim.runtime import build_runtime
 from llmsim.transport import ConnectionLimits, default_max_connections, fast_path_enabled, http_setting
@@ -45,9 +51,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument(
         "--api-key",
-        action="append",
-        help="key clients must send as 'Authorization: Bearer' on /v1/* (repeat or comma-separate; "
-        "env LLMSIM_API_KEY, used only without the flag)",
+        action="extend",
+        nargs="+",
+        help="key clients must send as 'Authorization: Bearer' on /v1/* (one or more, as vLLM; repeat or "
+        "comma-separate; env LLMSIM_API_KEY, used only without the flag)",
     )
     p.add_argument(
         "--admin-key",
@@ -97,6 +104,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=env("LLMSIM_POD_NAMESPACE"),
         help="sent as x-llmsim-namespace (env LLMSIM_POD_NAMESPACE)",
     )
+    p.add_argument("--ssl-keyfile", help="TLS private key (PEM); with --ssl-certfile, serve HTTPS (vLLM's)")
+    p.add_argument("--ssl-certfile", help="TLS certificate chain (PEM)")
+    p.add_argument("--ssl-ca-certs", help="CA certificates to check client certificates against")
+    p.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        default=int(ssl.CERT_NONE),
+        help="client certificates: 0 not asked, 1 optional, 2 required (Python's ssl.CERT_*; default 0)",
+    )
+    vllm_cli.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -117,6 +134,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"llmsim: {exc}", file=sys.stderr)
         return 2
+    if bool(args.ssl_keyfile) != bool(args.ssl_certfile):
+        print("llmsim: --ssl-keyfile and --ssl-certfile go together", file=sys.stderr)
+        return 2
+    checked = None
+    if vllm_cli.requested(args):
+        try:
+            vllm = vllm_cli.build(args)
+        except vllm_cli.VllmArgError as exc:
+            print(f"llmsim: {exc}", file=sys.stderr)
+            return 2
+        checked = (vllm.config, vllm_cli.COMMAND_LINE)
+        if vllm.ignored:
+            logger.warning("accepted without effect on the simulation (docs/vllm-cli.md): %s", ", ".join(vllm.ignored))
     # vLLM: the flag wins over the environment variable.
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
     admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])
@@ -125,12 +155,22 @@ def run(args: argparse.Namespace) -> int:
             args.config,
             args.responses,
             access=Access(api_keys, admin_keys),
-            identity=Identity(args.pod_name, args.pod_namespace),
+            identity=Identity(
+                args.pod_name,
+                args.pod_namespace,
+                inference_pod=os.environ.get("POD_NAME"),
+                inference_namespace=os.environ.get("POD_NAMESPACE"),
+                port=args.port,
+            ),
             max_request_bytes=args.max_request_bytes,
             max_request_output_tokens=args.max_request_output_tokens,
             fast_path=args.fast_path,
+            checked_config=checked,
         )
     except ConfigError as exc:
+        if checked is not None:
+            print(f"llmsim: {vllm_cli.config_error(exc)}", file=sys.stderr)
+            return 2
         print(f"llmsim: config error: {exc}", file=sys.stderr)
         return 2
     if api_keys and not admin_keys:
@@ -153,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
         access_log=False,
         # After the drain, streams have ended or been aborted: this only bounds their last writes.
         timeout_graceful_shutdown=5,
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_certfile=args.ssl_certfile,
+        ssl_ca_certs=args.ssl_ca_certs,
+        ssl_cert_reqs=args.ssl_cert_reqs,
     )
     DrainingServer(config, runtime.state.lifecycle, args.shutdown_timeout).run()
     return 0

@@ -109,6 +109,11 @@ def load_models_config(path: str | Path | None = None) -> ModelsConfig:
     return _validate(read_yaml_file(path), str(path))
 
 
+def validate_models_config(raw: Any, file: str) -> ModelsConfig:
+    """Check an already-parsed models.yml mapping (``vllm serve``'s flags build one); ``file`` names it in errors."""
+    return _validate(raw, file)
+
+
 def _validate(raw: Any, file: str) -> ModelsConfig:
     if not isinstance(raw, dict):
         raise ConfigError(file, "expected a mapping with a 'models' list at the top level")
@@ -148,6 +153,15 @@ def _validate(raw: Any, file: str) -> ModelsConfig:
                 entry=label,
                 field="hardware",
             )
+    # Requests name a model by its name or an alias: one namespace.
+    for i, model in enumerate(config.models):
+        for j, alias in enumerate(model.aliases):
+            if alias in seen:
+                label = entry_label("models", i, "name", model.name)
+                raise ConfigError(
+                    file, f"alias '{alias}' is already a model's name or alias", entry=label, field=f"aliases[{j}]"
+                )
+            seen.add(alias)
     # Requests name a LoRA adapter in "model": adapters and base models share one namespace.
     adapters: set[str] = set()
     for i, model in enumerate(config.models):

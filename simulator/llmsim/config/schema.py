@@ -296,6 +296,11 @@ class ModelConfig(_Section):
         description="Maximum context length in tokens (default: the profile's, else "
         f"{llmsim_capacity.DEFAULT_CONTEXT_LENGTH}). One request of this length must fit in the KV cache.",
     )
+    aliases: list[Annotated[str, Field(min_length=1)]] = Field(
+        default=[],
+        description="More names requests may give in `model` (vLLM's --served-model-name after the first); "
+        "responses and metrics name the model by `name`.",
+    )
     # "regex" (built in) or {path: tokenizer.json, chat_template: chatml | llama-3}.
     tokenizer: Literal["regex"] | TokenizerFile = "regex"
     weights: Weights | None = None
