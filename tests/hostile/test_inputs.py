@@ -82,6 +82,13 @@ ROWS: dict[str, Row] = {
     "one level past the limit": Row(
         "POST", "/v1/chat/completions", ('{"model": "chat", "x": ' + _deep(MAX_DEPTH) + "}").encode(), 400, "body"
     ),
+    # A JSON boolean is not a token id (pydantic's lax mode would read true as 1).
+    "boolean token id detokenize": Row(
+        "POST", "/detokenize", json.dumps({"model": "chat", "tokens": [5, True]}).encode(), 400, "body.tokens.1"
+    ),
+    "boolean token id prompt": Row(
+        "POST", "/v1/completions", json.dumps({"model": "chat", "prompt": [5, True]}).encode(), 400
+    ),
     # Lone surrogates: refused at parse time, the field named.
     "surrogate completions echo": Row(
         "POST",

@@ -36,7 +36,9 @@ MAX_LOGPROBS = 20
 MAX_N = 128
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-TokenId = Annotated[int, Field(ge=0)]
+#: A token id is a JSON integer: ``true`` is refused, where pydantic's lax mode (and so vLLM) would
+#: read it as token 1.
+TokenId = Annotated[int, Field(ge=0, strict=True)]
 
 
 class RequestInvalid(Exception):
@@ -481,7 +483,7 @@ class TokenizeChatRequest(_Lenient):
 
 class DetokenizeRequest(_Lenient):
     model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0, le=INT64_MAX)]]
+    tokens: list[Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)]]
 
 
 EmbeddingInput = list[TokenId] | list[list[TokenId]] | str | list[str]
