@@ -8,6 +8,7 @@ resources and the operator never converts between dicts and generated model clas
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Protocol
 
 import aiohttp
@@ -27,6 +28,8 @@ _PLURALS = {
     "LLMSimulator": "llmsimulators",
 }
 _REQUEST_TIMEOUT = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -53,7 +56,7 @@ class KubeApi(Protocol):
 
     async def replace_status(self, obj: Object) -> Object: ...
 
-    async def api_exists(self, group_version: str, plural: str) -> bool: ...
+    async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool: ...
 
 
 async def load_configuration(kubeconfig: str | None = None) -> k8s_client.Configuration:
@@ -84,6 +87,10 @@ class Kube:
 
     def __init__(self, api: k8s_client.ApiClient) -> None:
         self._api = api
+        # Discovery, once per process: group version -> the resources it serves (empty: not served).
+        self._served: dict[str, frozenset[str]] = {}
+        #: Discovery requests made (the tests count them).
+        self.discovery_calls = 0
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -132,6 +139,7 @@ class Kube:
         query = [("fieldManager", field_manager), ("force", "true")]
         result = await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
         if result is None:
+            self.forget_api(obj["apiVersion"])
             raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: API not found")
         return result
 
@@ -165,10 +173,24 @@ class Kube:
         if await self.request("GET", path, query=[("limit", "1")]) is None:
             raise ApiError(404, f"{api_version} {_PLURALS[kind]} is not served")
 
-    async def api_exists(self, group_version: str, plural: str) -> bool:
-        """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1)."""
-        listing = await self.request("GET", f"/apis/{group_version}")
-        return listing is not None and any(r.get("name") == plural for r in listing.get("resources", []))
+    async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool:
+        """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1).
+
+        Asked once per process and group version; ``refresh`` asks again (after a failure that
+        suggests the answer changed: a 404 from that API, or a wanted API that was not served).
+        A failed discovery is not cached.
+        """
+        if refresh or group_version not in self._served:
+            self.discovery_calls += 1
+            listing = await self.request("GET", f"/apis/{group_version}")
+            names = frozenset(str(r.get("name")) for r in (listing or {}).get("resources", []))
+            self._served[group_version] = names
+            logger.info("API discovery: %s serves %d resources", group_version, len(names))
+        return plural in self._served[group_version]
+
+    def forget_api(self, group_version: str) -> None:
+        """Drop the cached discovery of ``group_version`` (an apply to it answered 404)."""
+        self._served.pop(group_version, None)
 
 
 def _message(body: Any) -> str:
