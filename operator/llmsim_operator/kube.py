@@ -7,6 +7,7 @@ resources and the operator never converts between dicts and generated model clas
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, Protocol
@@ -89,6 +90,8 @@ class Kube:
         self._api = api
         # Discovery, once per process: group version -> the resources it serves (empty: not served).
         self._served: dict[str, frozenset[str]] = {}
+        # One discovery at a time: a thousand reconciles starting together ask once, not a thousand times.
+        self._discovery = asyncio.Lock()
         #: Discovery requests made (the tests count them).
         self.discovery_calls = 0
 
@@ -107,8 +110,9 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        none_on_404: bool = True,
     ) -> Object | None:
-        """One API call; returns the decoded body, None on 404. Raises :class:`ApiError`."""
+        """One API call; returns the decoded body, None on 404 (unless told not to). Raises :class:`ApiError`."""
         try:
             result: Object = await self._api.call_api(
                 path,
@@ -122,7 +126,7 @@ class Kube:
                 _request_timeout=_REQUEST_TIMEOUT,
             )
         except k8s_client.ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and none_on_404:
                 return None
             raise ApiError(int(exc.status or 0), _message(exc.body) or str(exc.reason)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -137,10 +141,17 @@ class Kube:
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", field_manager), ("force", "true")]
-        result = await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
-        if result is None:
-            self.forget_api(obj["apiVersion"])
-            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: API not found")
+        try:
+            result = await self.request(
+                "PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml", none_on_404=False
+            )
+        except ApiError as exc:
+            if exc.status == 404 and not namespace_gone(exc):
+                # The API itself is not served (any more): ask discovery again next time.
+                self.forget_api(obj["apiVersion"])
+            raise
+        if result is None:  # not reached: none_on_404=False raises instead
+            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: not found")
         return result
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Object | None:
@@ -181,16 +192,27 @@ class Kube:
         A failed discovery is not cached.
         """
         if refresh or group_version not in self._served:
-            self.discovery_calls += 1
-            listing = await self.request("GET", f"/apis/{group_version}")
-            names = frozenset(str(r.get("name")) for r in (listing or {}).get("resources", []))
-            self._served[group_version] = names
-            logger.info("API discovery: %s serves %d resources", group_version, len(names))
+            known = self._served.get(group_version)
+            async with self._discovery:
+                # Unless another task (re)discovered it while this one waited.
+                if self._served.get(group_version) is known or group_version not in self._served:
+                    self.discovery_calls += 1
+                    listing = await self.request("GET", f"/apis/{group_version}")
+                    names = frozenset(str(r.get("name")) for r in (listing or {}).get("resources", []))
+                    self._served[group_version] = names
+                    logger.info("API discovery: %s serves %d resources", group_version, len(names))
         return plural in self._served[group_version]
 
     def forget_api(self, group_version: str) -> None:
         """Drop the cached discovery of ``group_version`` (an apply to it answered 404)."""
         self._served.pop(group_version, None)
+
+
+def namespace_gone(exc: ApiError) -> bool:
+    """Whether ``exc`` says the object's namespace is being deleted or is gone (nothing to repair there)."""
+    return (exc.status == 403 and "being terminated" in exc.message) or (
+        exc.status == 404 and "namespaces" in exc.message and "not found" in exc.message
+    )
 
 
 def _message(body: Any) -> str:

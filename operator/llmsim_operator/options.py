@@ -19,7 +19,8 @@ class OperatorOptions:
     # e.g. http://0.0.0.0:8080/healthz; None disables the health endpoint.
     liveness: str | None = None
     simulator_image: str = c.DEFAULT_SIMULATOR_IMAGE
-    # Seconds between drift checks (re-apply of every child, re-read of referenced ConfigMaps).
+    # Accepted for compatibility, unused: children are watched, a changed or deleted one is
+    # repaired on its event, so there is no periodic drift check any more.
     drift_interval: float = 60.0
     # kubeconfig for the operator's own client; None: in-cluster, then $KUBECONFIG / ~/.kube/config.
     kubeconfig: str | None = None

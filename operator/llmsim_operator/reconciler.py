@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmsim_operator import conventions as c
-from llmsim_operator.kube import ApiError, KubeApi, Object
+from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
 from llmsim_operator.render import Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
@@ -175,13 +175,17 @@ async def reconcile(
     options: Options,
     known: Known | None = None,
     force: frozenset[str] = frozenset(),
+    *,
+    confirm_absent: bool = False,
 ) -> Outcome:
     """Bring the children of the LLMSimulator ``body`` in line with its spec, then write its status.
 
     With ``known`` (what the watches say exists), a child whose applied-hash annotation matches the
     rendered one is not applied again, and a child not wanted is deleted only if it exists: a
     reconcile where nothing changed makes no API call at all. Kinds in ``force`` are applied anyway
-    (a watch event showed someone changed them).
+    (a watch event showed someone changed them). ``confirm_absent`` reads an unwanted optional child
+    that is not known before concluding it is gone (after a spec change: its watch may have started
+    only just now, with its CRD).
     """
     meta = body["metadata"]
     name, namespace = str(meta["name"]), str(meta["namespace"])
@@ -205,7 +209,7 @@ async def reconcile(
     uid = str(meta["uid"])
     children = render_children(sim, Owner(name, uid), data, options.image)
     outcome.config_hash = children.config_hash
-    sync = _Sync(kube, known, force, outcome)
+    sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
         await sync.apply(children.config_map)
         deployment = await sync.apply(children.deployment)
@@ -217,7 +221,7 @@ async def reconcile(
             outcome.warnings.append(warning)
         await _sync_pod_disruption_budget(sync, sim, children.pod_disruption_budget, uid)
     except ApiError as exc:
-        if exc.status == 403 and "being terminated" in exc.message:
+        if namespace_gone(exc):
             # The namespace is going away with everything in it: nothing to repair, nothing to report.
             return outcome
         problem = ("ApplyFailed", str(exc))
@@ -277,8 +281,11 @@ async def child_drifted(kube: KubeApi, body: Mapping[str, Any], live: Mapping[st
 class _Sync:
     """Applies children that differ from what is known to exist, and remembers what it did."""
 
-    def __init__(self, kube: KubeApi, known: Known | None, force: frozenset[str], outcome: Outcome) -> None:
+    def __init__(
+        self, kube: KubeApi, known: Known | None, force: frozenset[str], outcome: Outcome, confirm_absent: bool
+    ) -> None:
         self.kube, self.known, self.force, self.outcome = kube, known, force, outcome
+        self.confirm_absent = confirm_absent
 
     def view(self, kind: str) -> ChildView | None:
         return self.known.get(kind) if self.known is not None else None
@@ -305,8 +312,8 @@ class _Sync:
 
     async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
         """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
-        if self.known is not None:
-            view = self.view(kind)
+        view = self.view(kind)
+        if self.known is not None and (view is not None or not self.confirm_absent):
             if view is None or view.owner_uid != owner_uid:
                 return
             api_version, uid = view.api_version, view.uid
@@ -467,7 +474,9 @@ async def _sync_service_monitor(
     """Apply the ServiceMonitor, or delete ours when no longer wanted. Returns a warning, if any."""
     kube = sync.kube
     if manifest is None:
-        if sync.known is not None or await kube.api_exists(MONITORING_API, "servicemonitors"):
+        if (sync.known is not None and not sync.confirm_absent) or await kube.api_exists(
+            MONITORING_API, "servicemonitors"
+        ):
             await sync.delete_owned(MONITORING_API, "ServiceMonitor", sim.namespace, sim.name, owner_uid)
         return None
     # Wanted but not served (as far as we know): ask again, the CRD may have been installed since.

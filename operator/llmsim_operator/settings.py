@@ -9,6 +9,14 @@ import kopf
 from llmsim_operator import conventions as c
 from llmsim_operator.options import OperatorOptions
 
+#: Child resources watched with a server-side label selector (kopf selectors, as in handlers.CHILDREN).
+CHILD_SELECTORS: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
+    ("apps", "v1", "deployments"),
+    ("v1", "services"),
+    ("policy", "poddisruptionbudgets"),
+    ("monitoring.coreos.com", "v1", "servicemonitors"),
+)
+
 
 def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
     """Apply the operator's conventions to kopf's settings (called at startup)."""
@@ -27,6 +35,10 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None
     settings.posting.reporting_component = c.MANAGED_BY
     if options.identity:
         settings.posting.reporting_instance = options.identity
+    # The children's watches ask the server for ours only (ConfigMaps: all, for responses.configMapRef).
+    selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+    for resource in CHILD_SELECTORS:
+        settings.watching.label_selectors[resource] = selector
     settings.peering.standalone = options.peering is None
     if options.peering is not None:
         settings.peering.name = options.peering

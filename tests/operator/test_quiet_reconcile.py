@@ -131,11 +131,13 @@ class CountingKube(Kube):
         self.paths: list[str] = []
         super().__init__(api=None)  # type: ignore[arg-type]
 
-    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any] | None:
+    async def request(self, method: str, path: str, *, none_on_404: bool = True, **_: Any) -> dict[str, Any] | None:
         self.paths.append(f"{method} {path}")
         answer = self.answers.get(path)
         if isinstance(answer, Exception):
             raise answer
+        if answer is None and not none_on_404:
+            raise ApiError(404, "the server could not find the requested resource")
         return copy.deepcopy(answer) if answer is not None else None
 
 
@@ -153,6 +155,12 @@ async def test_discovery_is_asked_once_per_group_version() -> None:
     # ... or after an apply answered 404 (the API went away).
     del kube.answers["/apis/policy/v1"]
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x", "namespace": "n"}}
+    with pytest.raises(ApiError):
+        await kube.apply(pdb)
+    assert not await kube.api_exists("policy/v1", "poddisruptionbudgets")
+    assert kube.discovery_calls == 4
+    # A 404 because the namespace is gone says nothing about the API.
+    kube.answers["/apis/policy/v1/namespaces/n/poddisruptionbudgets/x"] = ApiError(404, 'namespaces "n" not found')
     with pytest.raises(ApiError):
         await kube.apply(pdb)
     assert not await kube.api_exists("policy/v1", "poddisruptionbudgets")
