@@ -248,6 +248,18 @@ def top(delta: Counter[tuple[str, str, str]], n: int = 8) -> dict[str, int]:
     return {"/".join(k for k in key if k): v for key, v in delta.most_common(n) if v > 0}
 
 
+def install(image: str) -> None:
+    """The operator as users install it (``llmsim-operator manifests``), on ``image``, freshly started."""
+    manifests = subprocess.run(
+        [sys.executable, "-m", "llmsim_operator", "manifests", "--kube-version", "auto", "--image", image],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifests)
+    kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/llmsimulators.llmsim.io")
+    kubectl("-n", OPERATOR_NS, "rollout", "restart", f"deploy/{OPERATOR}")
+    wait_operator_ready()
+
+
 def scale_case(api: Any, count: int, window_s: float, timeout: float, out: Path) -> int:
     """The operator at ``count`` LLMSimulators: see the module docstring."""
     server = client.VersionApi(api).get_code().git_version
@@ -356,7 +368,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--scale", type=int, metavar="N", help="the operator at N LLMSimulators (e.g. 1000), see above")
     ap.add_argument("--window", type=float, default=120.0, help="seconds of each at-rest window (--scale)")
+    ap.add_argument("--install", metavar="IMAGE", help="(re)install the operator with this image first (--scale)")
     args = ap.parse_args()
+    if args.install:
+        install(args.install)
     if args.scale:
         out = args.out or ROOT / "bench" / "results" / f"operator_scale_{args.scale}.json"
         return scale_case(config.new_client_from_config(), args.scale, args.window, max(args.timeout, 900.0), out)

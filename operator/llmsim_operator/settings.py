@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import kopf
 
@@ -36,9 +37,11 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None
     if options.identity:
         settings.posting.reporting_instance = options.identity
     # The children's watches ask the server for ours only (ConfigMaps: all, for responses.configMapRef).
+    # (kopf >= 1.38 filters on the server; older ones receive every object and the handlers' labels filter.)
     selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
-    for resource in CHILD_SELECTORS:
-        settings.watching.label_selectors[resource] = selector
+    label_selectors: Any = getattr(settings.watching, "label_selectors", None)
+    for resource in CHILD_SELECTORS if label_selectors is not None else ():
+        label_selectors[resource] = selector
     settings.peering.standalone = options.peering is None
     if options.peering is not None:
         settings.peering.name = options.peering
