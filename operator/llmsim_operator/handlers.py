@@ -255,6 +255,7 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
         if parent["metadata"].get("deletionTimestamp"):
             return
         kube: Kube = memo["kube"]
+        parent = kube.fresher(parent)
         if type == "DELETED":
             # Someone deleted a child but not its LLMSimulator: the index no longer has it, so it is applied.
             await reconcile_from_index(kube, parent, kwargs, frozenset(), f"{view.kind} deleted")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from typing import Any, Protocol
 
 import aiohttp
@@ -94,6 +95,9 @@ class Kube:
         self._discovery = asyncio.Lock()
         #: Discovery requests made (the tests count them).
         self.discovery_calls = 0
+        # The last status this process wrote per object (resourceVersion and status; a few hundred, LRU):
+        # fresher than the watch for a moment after each write, which spares a conflict and a read.
+        self._written: OrderedDict[tuple[str, str], Object] = OrderedDict()
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -169,7 +173,24 @@ class Kube:
         result = await self.request("PUT", path, body=obj)
         if result is None:
             raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']} is gone")
+        key = (str(meta["namespace"]), str(meta["name"]))
+        self._written[key] = {
+            "resourceVersion": result["metadata"].get("resourceVersion"),
+            "status": result.get("status"),
+        }
+        self._written.move_to_end(key)
+        while len(self._written) > _WRITTEN_KEPT:
+            self._written.popitem(last=False)
         return result
+
+    def fresher(self, obj: Object) -> Object:
+        """``obj`` (an LLMSimulator as the watch last showed it), with the status this process wrote
+        since, if any (then with that write's resourceVersion)."""
+        meta = obj.get("metadata") or {}
+        written = self._written.get((str(meta.get("namespace")), str(meta.get("name"))))
+        if written is None or not _newer(written.get("resourceVersion"), meta.get("resourceVersion")):
+            return obj
+        return {**obj, "metadata": {**meta, "resourceVersion": written["resourceVersion"]}, "status": written["status"]}
 
     async def can_list(self, api_version: str, kind: str, namespace: str | None = None) -> None:
         """List one object of ``kind`` (in ``namespace``, or cluster-wide), as kopf's watch does.
@@ -206,6 +227,14 @@ class Kube:
     def forget_api(self, group_version: str) -> None:
         """Drop the cached discovery of ``group_version`` (an apply to it answered 404)."""
         self._served.pop(group_version, None)
+
+
+_WRITTEN_KEPT = 512
+
+
+def _newer(a: Any, b: Any) -> bool:
+    """Whether resourceVersion ``a`` is later than ``b`` (etcd revisions; opaque ones never are)."""
+    return str(a).isdigit() and (not str(b).isdigit() or int(str(a)) > int(str(b)))
 
 
 def namespace_gone(exc: ApiError) -> bool:

@@ -13,13 +13,14 @@ import datetime
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmsim_operator import conventions as c
 from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
-from llmsim_operator.render import Owner, endpoint, render_children
+from llmsim_operator.render import Children, Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
 from llmsim_operator.status import Reconciled, reconciled_status, with_deployment
@@ -169,6 +170,52 @@ def covers(desired: Any, live: Any) -> bool:
     return bool(desired == live)
 
 
+#: Parses and renders kept (LRU): the child events that follow a reconcile compare against the same
+#: render. Rendering models.yml dominates the operator's CPU at scale; a burst of events about one
+#: simulator's children (created, then their status) renders it once.
+_CACHE_SIZE = 128
+_parses: OrderedDict[tuple[str, ...], SimulatorSpec | InvalidSpec] = OrderedDict()
+_renders: OrderedDict[tuple[str, ...], Children] = OrderedDict()
+
+
+def _remember(cache: OrderedDict[tuple[str, ...], Any], key: tuple[str, ...], value: Any) -> None:
+    cache[key] = value
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def _parse(body: Mapping[str, Any]) -> SimulatorSpec:
+    """parse_spec of ``body`` (cached by name and spec); raises :class:`InvalidSpec`."""
+    meta = body["metadata"]
+    key = (str(meta["namespace"]), str(meta["name"]), manifest_hash(body.get("spec") or {}))
+    parsed = _parses.get(key)
+    if parsed is None:
+        try:
+            parsed = parse_spec(key[1], key[0], body.get("spec") or {})
+        except InvalidSpec as exc:
+            parsed = exc
+        _remember(_parses, key, parsed)
+    else:
+        _parses.move_to_end(key)
+    if isinstance(parsed, InvalidSpec):
+        raise type(parsed)(*parsed.args)  # a fresh one: re-raising the cached one would grow its traceback
+    return parsed
+
+
+def _render(body: Mapping[str, Any], sim: SimulatorSpec, responses: str | None, image: str) -> Children:
+    """render_children for ``body`` (cached by everything the render reads)."""
+    meta = body["metadata"]
+    spec_hash, responses_hash = manifest_hash(body.get("spec") or {}), manifest_hash({"r": responses})
+    key = (sim.namespace, sim.name, str(meta["uid"]), spec_hash, responses_hash, image)
+    children = _renders.get(key)
+    if children is None:
+        children = render_children(sim, Owner(sim.name, key[2]), config_data(sim, responses), image)
+        _remember(_renders, key, children)
+    else:
+        _renders.move_to_end(key)
+    return children
+
+
 async def reconcile(
     kube: KubeApi,
     body: Mapping[str, Any],
@@ -195,7 +242,7 @@ async def reconcile(
         # Being deleted (foreground): re-applying would fight the garbage collector.
         return outcome
     try:
-        sim = parse_spec(name, namespace, body.get("spec") or {})
+        sim = _parse(body)
         responses = await _responses(kube, sim)
     except InvalidSpec as exc:
         reason = "ResponsesNotFound" if isinstance(exc, _MissingResponses) else "InvalidSpec"
@@ -205,9 +252,8 @@ async def reconcile(
         await _write(kube, body, result, deployment, options.now(), outcome)
         return outcome
 
-    data = config_data(sim, responses)
     uid = str(meta["uid"])
-    children = render_children(sim, Owner(name, uid), data, options.image)
+    children = _render(body, sim, responses, options.image)
     outcome.config_hash = children.config_hash
     sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
@@ -252,13 +298,12 @@ async def desired_child(
 
     None when the spec does not render (the reconcile reports that) or does not want that child.
     """
-    meta = body["metadata"]
     try:
-        sim = parse_spec(str(meta["name"]), str(meta["namespace"]), body.get("spec") or {})
+        sim = _parse(body)
         responses = await _responses(kube, sim)
     except InvalidSpec:
         return None
-    children = render_children(sim, Owner(sim.name, str(meta["uid"])), config_data(sim, responses), options.image)
+    children = _render(body, sim, responses, options.image)
     manifest = {
         "ConfigMap": children.config_map,
         "Deployment": children.deployment,

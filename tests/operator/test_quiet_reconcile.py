@@ -173,3 +173,16 @@ async def test_a_failed_discovery_is_not_remembered() -> None:
         await kube.api_exists("policy/v1", "poddisruptionbudgets")
     kube.answers["/apis/policy/v1"] = {"resources": [{"name": "poddisruptionbudgets"}]}
     assert await kube.api_exists("policy/v1", "poddisruptionbudgets")
+
+
+async def test_the_status_written_last_is_fresher_than_the_watch() -> None:
+    sim = {"metadata": {"namespace": "n", "name": "s", "resourceVersion": "10"}, "status": {"ready": "0/1"}}
+    kube = CountingKube({"/apis/llmsim.io/v1alpha1/namespaces/n/llmsimulators/s/status": {
+        "metadata": {"namespace": "n", "name": "s", "resourceVersion": "12"}, "status": {"ready": "1/1"}}})  # fmt: skip
+    assert kube.fresher(sim) is sim
+    await kube.replace_status({"apiVersion": "llmsim.io/v1alpha1", "kind": "LLMSimulator", **sim})
+    fresh = kube.fresher(sim)
+    assert (fresh["metadata"]["resourceVersion"], fresh["status"]) == ("12", {"ready": "1/1"})
+    # Once the watch shows a later version, the watch wins.
+    later = {**sim, "metadata": {**sim["metadata"], "resourceVersion": "13"}}
+    assert kube.fresher(later) is later
