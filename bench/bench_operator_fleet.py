@@ -235,13 +235,31 @@ def fleet_versions(api: Any, ns: str) -> dict[str, str]:
     return out
 
 
+def settle(api: Any, ns: str, quiet_s: float = 20.0, timeout: float = 600.0) -> float:
+    """Seconds until no LLMSimulator or child in ``ns`` changed for ``quiet_s`` (then the fleet is at rest)."""
+    start = time.perf_counter()
+    previous = fleet_versions(api, ns)
+    while time.perf_counter() - start < timeout:
+        time.sleep(quiet_s)
+        current = fleet_versions(api, ns)
+        if current == previous:
+            break
+        previous = current
+    return round(time.perf_counter() - start - quiet_s, 1)
+
+
 def bulk_manifest(ns: str, names: list[str]) -> str:
-    docs = []
-    for name in names:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMSimulator",
-                "metadata": {"name": name, "namespace": ns}, "spec": SPEC}  # fmt: skip
-        docs.append(json.dumps(body))
-    return "\n---\n".join(docs) + "\n"
+    """One kubectl List of the LLMSimulators (kubectl applies its items one by one)."""
+    items = [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "LLMSimulator",
+            "metadata": {"name": n, "namespace": ns},
+            "spec": SPEC,
+        }
+        for n in names
+    ]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
 def top(delta: Counter[tuple[str, str, str]], n: int = 8) -> dict[str, int]:
@@ -270,7 +288,7 @@ def scale_case(api: Any, count: int, window_s: float, timeout: float, out: Path)
 
     ns = namespace(api, "llmsim-bench-scale")
     names = [f"s-{i:05d}" for i in range(count)]
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as manifest:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as manifest:
         manifest.write(bulk_manifest(ns, names))
     try:
         start = time.perf_counter()
@@ -284,7 +302,7 @@ def scale_case(api: Any, count: int, window_s: float, timeout: float, out: Path)
         print(f"  converged {result['converge_after_apply_s']} s after kubectl returned; "
               f"RSS {result['rss_after_bulk_mib']} MiB (peak {result['peak_rss_bulk_mib']})", flush=True)  # fmt: skip
 
-        time.sleep(30)  # the last status writes, kopf's idle workers exit
+        result["settle_s"] = settle(api, ns)  # the last status writes and events land; then it is at rest
         rate_with, delta_with = window(window_s)
         result["rss_at_rest_mib"], _ = rss_mib()
         scale_operator(0)
