@@ -30,6 +30,11 @@ _PLURALS = {
     "LLMSimulator": "llmsimulators",
 }
 _REQUEST_TIMEOUT = 30.0
+#: API requests of the operator's own client in flight at once (and its connection pool). Beyond
+#: that, reconciles queue here, where waiting costs a coroutine: thousands of resumes at once
+#: otherwise wait for a pooled connection inside the request timeout (TimeoutError), draw 429s
+#: from the API server's in-flight limit, and hold their responses and retries in memory.
+MAX_IN_FLIGHT = 16
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +94,7 @@ class Kube:
 
     def __init__(self, api: k8s_client.ApiClient) -> None:
         self._api = api
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         # Discovery, once per process: group version -> the resources it serves (empty: not served).
         self._served: dict[str, frozenset[str]] = {}
         # One discovery at a time: a thousand reconciles starting together ask once, not a thousand times.
@@ -101,7 +107,9 @@ class Kube:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
-        return cls(k8s_client.ApiClient(await load_configuration(kubeconfig)))
+        configuration = await load_configuration(kubeconfig)
+        configuration.connection_pool_maxsize = MAX_IN_FLIGHT
+        return cls(k8s_client.ApiClient(configuration))
 
     async def close(self) -> None:
         await self._api.close()
@@ -118,17 +126,18 @@ class Kube:
     ) -> Object | None:
         """One API call; returns the decoded body, None on 404 (unless told not to). Raises :class:`ApiError`."""
         try:
-            result: Object = await self._api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                response_types_map={200: "object", 201: "object", 202: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=_REQUEST_TIMEOUT,
-            )
+            async with self._in_flight:
+                result: Object = await self._api.call_api(
+                    path,
+                    method,
+                    query_params=query or [],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    response_types_map={200: "object", 201: "object", 202: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _request_timeout=_REQUEST_TIMEOUT,
+                )
         except k8s_client.ApiException as exc:
             if exc.status == 404 and none_on_404:
                 return None

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -396,6 +396,7 @@ async def write_status(
     name: str,
     compute: Callable[[dict[str, Any]], dict[str, Any]],
     current: Mapping[str, Any] | None = None,
+    on_conflict: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any] | None, bool]:
     """Compute the new status from the old one and replace it if it differs; retry on conflict.
 
@@ -417,6 +418,8 @@ async def write_status(
         except ApiError as exc:
             if not exc.conflict:
                 raise
+            if on_conflict is not None:
+                await on_conflict()
         current = None
     raise ApiError(409, f"status of {namespace}/{name} kept changing under {_STATUS_ATTEMPTS} attempts")
 
@@ -425,13 +428,17 @@ async def _write(
     kube: KubeApi, body: Mapping[str, Any], result: Reconciled, deployment: Object | None, now: str, outcome: Outcome
 ) -> None:
     meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
     current = body if meta.get("resourceVersion") else None
+    seen = [deployment]
+
+    async def reread() -> None:
+        # Someone else wrote the status meanwhile, maybe from a newer Deployment than ours: read it
+        # again, or this write would take the Deployment-derived fields back to an older state.
+        seen[0] = await _get_deployment(kube, namespace, name)
+
     outcome.status, outcome.status_written = await write_status(
-        kube,
-        str(meta["namespace"]),
-        str(meta["name"]),
-        lambda previous: reconciled_status(previous, result, deployment, now),
-        current,
+        kube, namespace, name, lambda previous: reconciled_status(previous, result, seen[0], now), current, reread
     )
 
 
