@@ -34,7 +34,7 @@ _REQUEST_TIMEOUT = 30.0
 #: that, reconciles queue here, where waiting costs a coroutine: thousands of resumes at once
 #: otherwise wait for a pooled connection inside the request timeout (TimeoutError), draw 429s
 #: from the API server's in-flight limit, and hold their responses and retries in memory.
-MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT = 64
 
 logger = logging.getLogger(__name__)
 
