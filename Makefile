@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan compiled e2e clean version images
+.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan bench-operator-scale compiled e2e clean version images
 
 # The project's one version, llmsim.__version__ (see hack/version.sh).
 VERSION := $(shell hack/version.sh)
@@ -78,6 +78,15 @@ bench: $(VENV)/.installed-dev
 
 bench-quick: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py --quick $(BENCH_ARGS)
+
+# The operator at SCALE LLMSimulators on this machine's local cluster (about 10 minutes at 1,000;
+# docs/operator.md, "The operator at scale"; figures in bench/results/operator_scale_$(SCALE).json).
+SCALE ?= 1000
+bench-operator-scale: $(VENV)/.installed-dev
+	scripts="$$(hack/k8s-scripts.sh)" && "$$scripts/cluster-up.sh" \
+		&& { "$$scripts/build-image.sh" . Dockerfile.operator llmsim-operator:scale || [ $$? = 5 ]; } \
+		&& KUBECONFIG=/tmp/k8s-run/kubeconfig $(BIN)/python bench/bench_operator_fleet.py \
+			--scale $(SCALE) --install llmsim-operator:scale $(BENCH_ARGS)
 
 # The planner core compiled with mypyc (setup.py, LLMSIM_COMPILE=1) in a copy: build/compiled.
 compiled: $(VENV)/.installed-dev

@@ -61,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("LLMSIM_OPERATOR_SIMULATOR_IMAGE", c.DEFAULT_SIMULATOR_IMAGE),
         help="image for LLMSimulators without spec.image (env LLMSIM_OPERATOR_SIMULATOR_IMAGE)",
     )
-    run.add_argument("--drift-interval", type=float, default=60.0, help="seconds between drift checks (60)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
@@ -92,7 +91,6 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         peering=args.peering,
         liveness=args.liveness,
         simulator_image=args.simulator_image,
-        drift_interval=args.drift_interval,
         kubeconfig=args.kubeconfig,
         identity=own_identity(),
     )

@@ -203,7 +203,7 @@ _RESPONSES = _obj(
         "inline": _str("The responses.yml content itself."),
         "configMapRef": _obj(
             "A ConfigMap in the same namespace holding responses.yml; its content is copied into the "
-            "simulator's config (changes are picked up at the next drift check and roll the pods).",
+            "simulator's config (the operator watches it: a change rolls the pods).",
             {
                 "name": _str("ConfigMap name.", minLength=1),
                 "key": _str("Key holding the responses file.", default="responses.yml", minLength=1),

@@ -1,22 +1,48 @@
 """kopf handlers: thin wrappers that call the reconciler and turn its outcome into events and retries.
 
-Handlers are registered into a given registry by :func:`register`, so the timer interval and
-the other options come from the CLI rather than from import-time globals.
+Handlers are registered into a given registry by :func:`register`, so the options come from the
+CLI rather than from import-time globals.
+
+What the operator watches, and why (nothing is polled):
+
+- LLMSimulators: create/update/resume handlers reconcile; an index keeps each one's spec and
+  status (:func:`simulator_view`), so the child watches can render and compare without a read.
+- Its children (ConfigMap, Deployment, Service, PodDisruptionBudget, ServiceMonitor), filtered by
+  the managed-by label on the server's side: one index per kind keeps a :class:`ChildView` of each
+  (its applied-hash, owner, and for Deployments the status fields), so a reconcile where nothing
+  changed applies nothing; an event handler repairs a child deleted or changed by someone else,
+  and copies Deployment status into the LLMSimulator's.
+- ConfigMaps named by ``spec.responses.configMapRef``: an edit re-renders the simulators using them.
+
+kopf fills every index before any handler runs, so at a restart the resume handlers already know
+what exists: a fleet that did not change while the operator was away costs no API call, and no
+finalizer is needed (children carry owner references: the garbage collector deletes them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
-from typing import Any
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
 
 import kopf
 
 from llmsim_operator import conventions as c
-from llmsim_operator.kube import ApiError, Kube, load_configuration
+from llmsim_operator.kube import ApiError, Kube, Object, load_configuration
 from llmsim_operator.options import OperatorOptions
-from llmsim_operator.reconciler import Options, Outcome, ReconcileError, controller_name, reconcile, refresh_status
+from llmsim_operator.reconciler import (
+    ChildView,
+    Options,
+    Outcome,
+    ReconcileError,
+    child_drifted,
+    child_view,
+    controller_name,
+    reconcile,
+    refresh_status,
+)
 
 #: Retry delays after API failures: 5 s, 10 s, 20 s, ... capped at 5 minutes.
 _BACKOFF_BASE, _BACKOFF_CAP = 5.0, 300.0
@@ -25,25 +51,79 @@ _PROBE_TIMEOUT = 3.0
 #: memo key set once kopf has logged in (its watches need those credentials).
 _LOGGED_IN = "logged_in"
 
+#: Index of LLMSimulators: (namespace, name) -> :func:`simulator_view`.
+SIMULATORS = "simulators"
+#: Index of simulators by the responses ConfigMap they read: (namespace, ConfigMap name) -> name.
+RESPONSES_REFS = "responses_refs"
+#: The children's resources (kopf selectors: versionless means the server's preferred version) and index ids.
+CHILDREN: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("v1", "configmaps"), "child_configmaps"),
+    (("apps", "v1", "deployments"), "child_deployments"),
+    (("v1", "services"), "child_services"),
+    (("policy", "poddisruptionbudgets"), "child_pdbs"),
+    (("monitoring.coreos.com", "v1", "servicemonitors"), "child_servicemonitors"),
+)
+MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+Key = tuple[str, str]
+
+#: Failures of event-driven repairs go to the log only: kopf's object loggers would also post them as
+#: Kubernetes events, into namespaces that may be terminating (refused, and retried by kopf).
+logger = logging.getLogger(__name__)
+
 
 def backoff(retry: int) -> float:
     return float(min(_BACKOFF_BASE * 2**retry, _BACKOFF_CAP))
 
 
-def _snapshot(body: kopf.Body) -> dict[str, Any]:
-    """A plain, private copy of kopf's live body view."""
-    return copy.deepcopy(dict(body))
+def simulator_view(body: Mapping[str, Any]) -> Object:
+    """What the operator keeps of an LLMSimulator: enough to reconcile it and to write its status."""
+    meta = body.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "generation", "resourceVersion", "deletionTimestamp")
+    return {
+        "apiVersion": body.get("apiVersion", c.API_VERSION),
+        "kind": body.get("kind", c.KIND),
+        "metadata": {k: meta[k] for k in kept if meta.get(k) is not None},
+        "spec": body.get("spec") or {},
+        "status": body.get("status") or {},
+    }
 
 
-def _post_outcome(body: kopf.Body, outcome: Outcome, reason: str) -> None:
+def _not_ours(labels: kopf.Labels, **_: Any) -> bool:
+    """A ConfigMap the operator did not make (one a simulator may name in responses.configMapRef)."""
+    return labels.get(c.LABEL_MANAGED_BY) != c.MANAGED_BY
+
+
+def _one(index: Mapping[Key, Any], key: Key) -> Any:
+    """The first value stored under ``key`` in a kopf index, None if none."""
+    return next(iter(index.get(key) or ()), None)
+
+
+def known_children(indexes: Mapping[str, Any], namespace: str, name: str) -> dict[str, ChildView]:
+    """The children of ``namespace/name`` that the watches know exist, by kind."""
+    known: dict[str, ChildView] = {}
+    for _, index_id in CHILDREN:
+        index = indexes.get(index_id)
+        for view in (index.get((namespace, name)) or ()) if index is not None else ():
+            known[view.kind] = view
+    return known
+
+
+def _post_outcome(obj: Mapping[str, Any], outcome: Outcome, reason: str) -> None:
+    """Events only for what changed: a reconcile that wrote nothing stays silent (a restart posts nothing)."""
+    # kopf reads only apiVersion, kind and metadata (name, namespace, uid) of the object it posts about.
+    body = obj if isinstance(obj, kopf.Body) else kopf.Body(cast(Any, dict(obj)))
     if outcome.problem is not None:
-        kopf.warn(body, reason=outcome.problem[0], message=outcome.problem[1])
-    else:
+        if outcome.status_written:
+            kopf.warn(body, reason=outcome.problem[0], message=outcome.problem[1])
+        return
+    if outcome.applied:
         # kopf.event, not kopf.info: posting.level is WARNING so that kopf's own log lines never become events.
-        message = f"children applied ({reason}), config {outcome.config_hash}"
+        message = f"children applied ({reason}: {', '.join(outcome.applied)}), config {outcome.config_hash}"
         kopf.event(body, type="Normal", reason="Reconciled", message=message)
-    for warning_reason, message in outcome.warnings:
-        kopf.warn(body, reason=warning_reason, message=message)
+    if outcome.changed:
+        for warning_reason, message in outcome.warnings:
+            kopf.warn(body, reason=warning_reason, message=message)
 
 
 async def connection_info(kubeconfig: str | None) -> kopf.ConnectionInfo:
@@ -95,8 +175,9 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
         return "ok"
 
     @kopf.on.startup(id="connect", registry=registry)
-    async def connect(memo: kopf.Memo, **_: Any) -> None:
+    async def connect(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         memo["kube"] = await Kube.connect(options.kubeconfig)
+        logger.info("llmsim-operator connected")
 
     @kopf.on.cleanup(id="disconnect", registry=registry)
     async def disconnect(memo: kopf.Memo, **_: Any) -> None:
@@ -104,59 +185,107 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
         if kube is not None:
             await kube.close()
 
+    @kopf.index(*resource, id=SIMULATORS, registry=registry)
+    def simulators(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[Key, Object]:
+        return {(str(namespace), name): simulator_view(body)}
+
+    @kopf.index(*resource, id=RESPONSES_REFS, registry=registry)
+    def responses_refs(spec: kopf.Spec, namespace: str | None, name: str, **_: Any) -> dict[Key, str]:
+        ref = ((spec.get("responses") or {}).get("configMapRef") or {}).get("name")
+        return {(str(namespace), str(ref)): name} if ref else {}
+
+    def index_child(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Key, ChildView]:
+        view = child_view(body)
+        owner = controller_name(body)
+        return {(str(namespace), owner): view} if view is not None and owner is not None else {}
+
+    for selector, index_id in CHILDREN:
+        kopf.index(*selector, id=index_id, labels=MANAGED, registry=registry)(index_child)
+
+    async def reconcile_from_index(
+        kube: Kube, parent: Object, indexes: Mapping[str, Any], force: frozenset[str], why: str
+    ) -> None:
+        meta = parent["metadata"]
+        known = known_children(indexes, meta["namespace"], meta["name"])
+        try:
+            outcome = await reconcile(kube, parent, reconcile_options, known, force)
+        except (ReconcileError, ApiError) as exc:
+            # Event handlers are not retried: the next event of this child or of the LLMSimulator retries.
+            logger.warning("cannot repair %s/%s (%s): %s", meta["namespace"], meta["name"], why, exc)
+            return
+        if outcome.changed:
+            _post_outcome(parent, outcome, why)
+            logger.info("repaired %s/%s (%s): applied=%s", meta["namespace"], meta["name"], why, outcome.applied)
+
     @kopf.on.resume(*resource, id="reconcile", registry=registry)
     @kopf.on.create(*resource, id="reconcile", registry=registry)
     @kopf.on.update(*resource, id="reconcile", registry=registry)
     async def reconcile_simulator(
-        body: kopf.Body, reason: str, retry: int, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+        body: kopf.Body,
+        namespace: str | None,
+        name: str,
+        reason: str,
+        retry: int,
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+        **kwargs: Any,
     ) -> None:
+        known = known_children(kwargs, str(namespace), name)
         try:
-            outcome = await reconcile(memo["kube"], _snapshot(body), reconcile_options)
+            # After a spec change an unwanted optional child that is not known is looked for (one read).
+            confirm = str(reason) == "update"
+            outcome = await reconcile(
+                memo["kube"], simulator_view(body), reconcile_options, known, confirm_absent=confirm
+            )
         except (ReconcileError, ApiError) as exc:
             kopf.warn(body, reason="ApplyFailed", message=str(exc))
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
         _post_outcome(body, outcome, str(reason))
-        logger.info("reconciled (%s): problem=%s hash=%s", reason, outcome.problem, outcome.config_hash)
+        if outcome.changed:
+            logger.info("reconciled (%s): applied=%s hash=%s", reason, outcome.applied, outcome.config_hash)
 
-    @kopf.timer(
-        *resource,
-        id="drift-check",
-        interval=options.drift_interval,
-        initial_delay=options.drift_interval,
-        registry=registry,
-    )
-    async def drift_check(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-        # Level-triggered safety net: re-applies children someone changed or deleted, re-reads responses.
-        try:
-            await reconcile(memo["kube"], _snapshot(body), reconcile_options)
-        except (ReconcileError, ApiError) as exc:
-            kopf.warn(body, reason="ApplyFailed", message=str(exc))
-            logger.warning("drift check failed: %s", exc)
-
-    @kopf.on.event(
-        "apps",
-        "v1",
-        "deployments",
-        labels={c.LABEL_MANAGED_BY: c.MANAGED_BY},
-        id="deployment-status",
-        registry=registry,
-    )
-    async def deployment_changed(
-        type: str | None, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-    ) -> None:
+    async def child_changed(type: str, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **kwargs: Any) -> None:
+        view = child_view(body)
         owner = controller_name(body)
-        namespace = body.get("metadata", {}).get("namespace")
-        if owner is None or namespace is None:
+        if view is None or owner is None or namespace is None:
+            return
+        parent: Object | None = _one(kwargs[SIMULATORS], (namespace, owner))
+        if parent is None or parent["metadata"].get("uid") != view.owner_uid:
+            return  # its LLMSimulator is gone: the garbage collector takes the child
+        if parent["metadata"].get("deletionTimestamp"):
             return
         kube: Kube = memo["kube"]
+        parent = kube.fresher(parent)
+        if type == "DELETED":
+            # Someone deleted a child but not its LLMSimulator: the index no longer has it, so it is applied.
+            await reconcile_from_index(kube, parent, kwargs, frozenset(), f"{view.kind} deleted")
+            return
         try:
-            if type == "DELETED":
-                # Someone deleted the Deployment but not its LLMSimulator: recreate it now.
-                parent = await kube.get(c.API_VERSION, c.KIND, namespace, owner)
-                if parent is not None and not parent["metadata"].get("deletionTimestamp"):
-                    await reconcile(kube, parent, reconcile_options)
-                return
-            await refresh_status(kube, namespace, owner, _snapshot(body), reconcile_options)
+            if await child_drifted(kube, parent, body, reconcile_options):
+                await reconcile_from_index(kube, parent, kwargs, frozenset({view.kind}), f"{view.kind} changed")
+            elif view.kind == "Deployment":
+                await refresh_status(kube, namespace, owner, view.summary, reconcile_options, current=parent)
         except (ReconcileError, ApiError) as exc:
-            # Event handlers are not retried; the next Deployment event or the drift check catches up.
-            logger.warning("cannot refresh the status of %s/%s: %s", namespace, owner, exc)
+            logger.warning("cannot follow %s %s/%s: %s", view.kind, namespace, view.name, exc)
+
+    for selector, index_id in CHILDREN:
+        kopf.on.event(*selector, id=f"{index_id}-changed", labels=MANAGED, registry=registry)(child_changed)
+
+    @kopf.on.event(
+        "v1",
+        "configmaps",
+        id="responses-changed",
+        when=_not_ours,
+        registry=registry,
+    )
+    async def responses_changed(
+        type: str | None, name: str, namespace: str | None, memo: kopf.Memo, **kwargs: Any
+    ) -> None:
+        # The initial listing (type None) is the resume handlers' business; edits and deletions are ours.
+        if type is None:
+            return
+        key = (str(namespace), name)
+        for simulator in kwargs[RESPONSES_REFS].get(key) or ():
+            parent = _one(kwargs[SIMULATORS], (key[0], simulator))
+            if parent is not None and not parent["metadata"].get("deletionTimestamp"):
+                await reconcile_from_index(memo["kube"], parent, kwargs, frozenset(), f"ConfigMap {name}")

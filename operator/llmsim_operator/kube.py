@@ -7,7 +7,10 @@ resources and the operator never converts between dicts and generated model clas
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections import OrderedDict
 from typing import Any, Protocol
 
 import aiohttp
@@ -27,6 +30,13 @@ _PLURALS = {
     "LLMSimulator": "llmsimulators",
 }
 _REQUEST_TIMEOUT = 30.0
+#: API requests of the operator's own client in flight at once (and its connection pool). Beyond
+#: that, reconciles queue here, where waiting costs a coroutine: thousands of resumes at once
+#: otherwise wait for a pooled connection inside the request timeout (TimeoutError), draw 429s
+#: from the API server's in-flight limit, and hold their responses and retries in memory.
+MAX_IN_FLIGHT = 64
+
+logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -53,7 +63,7 @@ class KubeApi(Protocol):
 
     async def replace_status(self, obj: Object) -> Object: ...
 
-    async def api_exists(self, group_version: str, plural: str) -> bool: ...
+    async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool: ...
 
 
 async def load_configuration(kubeconfig: str | None = None) -> k8s_client.Configuration:
@@ -84,10 +94,22 @@ class Kube:
 
     def __init__(self, api: k8s_client.ApiClient) -> None:
         self._api = api
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # Discovery, once per process: group version -> the resources it serves (empty: not served).
+        self._served: dict[str, frozenset[str]] = {}
+        # One discovery at a time: a thousand reconciles starting together ask once, not a thousand times.
+        self._discovery = asyncio.Lock()
+        #: Discovery requests made (the tests count them).
+        self.discovery_calls = 0
+        # The last status this process wrote per object (resourceVersion and status; a few hundred, LRU):
+        # fresher than the watch for a moment after each write, which spares a conflict and a read.
+        self._written: OrderedDict[tuple[str, str], Object] = OrderedDict()
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
-        return cls(k8s_client.ApiClient(await load_configuration(kubeconfig)))
+        configuration = await load_configuration(kubeconfig)
+        configuration.connection_pool_maxsize = MAX_IN_FLIGHT
+        return cls(k8s_client.ApiClient(configuration))
 
     async def close(self) -> None:
         await self._api.close()
@@ -100,22 +122,24 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        none_on_404: bool = True,
     ) -> Object | None:
-        """One API call; returns the decoded body, None on 404. Raises :class:`ApiError`."""
+        """One API call; returns the decoded body, None on 404 (unless told not to). Raises :class:`ApiError`."""
         try:
-            result: Object = await self._api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                response_types_map={200: "object", 201: "object", 202: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=_REQUEST_TIMEOUT,
-            )
+            async with self._in_flight:
+                result: Object = await self._api.call_api(
+                    path,
+                    method,
+                    query_params=query or [],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    response_types_map={200: "object", 201: "object", 202: "object"},
+                    auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                    _request_timeout=_REQUEST_TIMEOUT,
+                )
         except k8s_client.ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and none_on_404:
                 return None
             raise ApiError(int(exc.status or 0), _message(exc.body) or str(exc.reason)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -130,9 +154,17 @@ class Kube:
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", field_manager), ("force", "true")]
-        result = await self.request("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
-        if result is None:
-            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: API not found")
+        try:
+            result = await self.request(
+                "PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml", none_on_404=False
+            )
+        except ApiError as exc:
+            if exc.status == 404 and not namespace_gone(exc):
+                # The API itself is not served (any more): ask discovery again next time.
+                self.forget_api(obj["apiVersion"])
+            raise
+        if result is None:  # not reached: none_on_404=False raises instead
+            raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']}: not found")
         return result
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Object | None:
@@ -150,7 +182,24 @@ class Kube:
         result = await self.request("PUT", path, body=obj)
         if result is None:
             raise ApiError(404, f"{obj['kind']} {meta['namespace']}/{meta['name']} is gone")
+        key = (str(meta["namespace"]), str(meta["name"]))
+        self._written[key] = {
+            "resourceVersion": result["metadata"].get("resourceVersion"),
+            "status": result.get("status"),
+        }
+        self._written.move_to_end(key)
+        while len(self._written) > _WRITTEN_KEPT:
+            self._written.popitem(last=False)
         return result
+
+    def fresher(self, obj: Object) -> Object:
+        """``obj`` (an LLMSimulator as the watch last showed it), with the status this process wrote
+        since, if any (then with that write's resourceVersion)."""
+        meta = obj.get("metadata") or {}
+        written = self._written.get((str(meta.get("namespace")), str(meta.get("name"))))
+        if written is None or not _newer(written.get("resourceVersion"), meta.get("resourceVersion")):
+            return obj
+        return {**obj, "metadata": {**meta, "resourceVersion": written["resourceVersion"]}, "status": written["status"]}
 
     async def can_list(self, api_version: str, kind: str, namespace: str | None = None) -> None:
         """List one object of ``kind`` (in ``namespace``, or cluster-wide), as kopf's watch does.
@@ -165,10 +214,43 @@ class Kube:
         if await self.request("GET", path, query=[("limit", "1")]) is None:
             raise ApiError(404, f"{api_version} {_PLURALS[kind]} is not served")
 
-    async def api_exists(self, group_version: str, plural: str) -> bool:
-        """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1)."""
-        listing = await self.request("GET", f"/apis/{group_version}")
-        return listing is not None and any(r.get("name") == plural for r in listing.get("resources", []))
+    async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool:
+        """Whether the API server serves ``plural`` in ``group_version`` (e.g. monitoring.coreos.com/v1).
+
+        Asked once per process and group version; ``refresh`` asks again (after a failure that
+        suggests the answer changed: a 404 from that API, or a wanted API that was not served).
+        A failed discovery is not cached.
+        """
+        if refresh or group_version not in self._served:
+            known = self._served.get(group_version)
+            async with self._discovery:
+                # Unless another task (re)discovered it while this one waited.
+                if self._served.get(group_version) is known or group_version not in self._served:
+                    self.discovery_calls += 1
+                    listing = await self.request("GET", f"/apis/{group_version}")
+                    names = frozenset(str(r.get("name")) for r in (listing or {}).get("resources", []))
+                    self._served[group_version] = names
+                    logger.info("API discovery: %s serves %d resources", group_version, len(names))
+        return plural in self._served[group_version]
+
+    def forget_api(self, group_version: str) -> None:
+        """Drop the cached discovery of ``group_version`` (an apply to it answered 404)."""
+        self._served.pop(group_version, None)
+
+
+_WRITTEN_KEPT = 512
+
+
+def _newer(a: Any, b: Any) -> bool:
+    """Whether resourceVersion ``a`` is later than ``b`` (etcd revisions; opaque ones never are)."""
+    return str(a).isdigit() and (not str(b).isdigit() or int(str(a)) > int(str(b)))
+
+
+def namespace_gone(exc: ApiError) -> bool:
+    """Whether ``exc`` says the object's namespace is being deleted or is gone (nothing to repair there)."""
+    return (exc.status == 403 and "being terminated" in exc.message) or (
+        exc.status == 404 and "namespaces" in exc.message and "not found" in exc.message
+    )
 
 
 def _message(body: Any) -> str:

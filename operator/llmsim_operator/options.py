@@ -19,8 +19,6 @@ class OperatorOptions:
     # e.g. http://0.0.0.0:8080/healthz; None disables the health endpoint.
     liveness: str | None = None
     simulator_image: str = c.DEFAULT_SIMULATOR_IMAGE
-    # Seconds between drift checks (re-apply of every child, re-read of referenced ConfigMaps).
-    drift_interval: float = 60.0
     # kubeconfig for the operator's own client; None: in-cluster, then $KUBECONFIG / ~/.kube/config.
     kubeconfig: str | None = None
     # Seconds before the API server closes a watch; the client gives up a bit later.

@@ -1,22 +1,26 @@
-"""One level-triggered reconcile: render every child from the spec, apply it, write the status.
+"""One level-triggered reconcile: render every child from the spec, apply what differs, write the status.
 
-Called by the kopf handlers (create, update, resume, drift timer) and by the Deployment watch. It
-is idempotent: applying the same spec twice changes nothing. Status is written with a
-read-modify-write on the status subresource guarded by resourceVersion, so the two writers never
-lose each other's updates.
+Called by the kopf handlers (create, update, resume) and by the watches of the children (a child
+deleted or changed by someone else). It is idempotent and, given what the watches know, quiet:
+every child carries the hash of the manifest last applied to it, so a reconcile where nothing
+changed applies nothing and writes no status. Status is replaced on the status subresource
+guarded by resourceVersion, so the two writers never lose each other's updates.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmsim_operator import conventions as c
-from llmsim_operator.kube import ApiError, KubeApi, Object
-from llmsim_operator.render import Owner, endpoint, render_children
+from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
+from llmsim_operator.render import Children, Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
 from llmsim_operator.status import Reconciled, reconciled_status, with_deployment
@@ -27,6 +31,9 @@ MONITORING_API = "monitoring.coreos.com/v1"
 #: PodDisruptionBudget: policy/v1 from Kubernetes 1.21, policy/v1beta1 (same fields we use) before.
 POLICY_APIS = ("policy/v1", "policy/v1beta1")
 _STATUS_ATTEMPTS = 5
+#: On every child: the hash of the manifest the operator last applied to it. A reconcile whose
+#: rendered manifest has the same hash skips the apply (no write where nothing changed).
+ANNOTATION_APPLIED_HASH = f"{c.GROUP}/applied-hash"
 
 
 def utc_now() -> str:
@@ -52,6 +59,14 @@ class Outcome:
     # (reason, message) pairs worth a Warning event that do not make the resource Degraded.
     warnings: list[tuple[str, str]] = field(default_factory=list)
     status: dict[str, Any] | None = None
+    # Whether the status was replaced (False: it already said this).
+    status_written: bool = False
+    # Kinds applied (and "-Kind" for deleted children); empty: nothing was written to a child.
+    applied: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied) or self.status_written
 
 
 class _MissingResponses(InvalidSpec):
@@ -62,8 +77,163 @@ class ReconcileError(Exception):
     """An API failure while applying; the status already says Degraded/ApplyFailed. Retry later."""
 
 
-async def reconcile(kube: KubeApi, body: Mapping[str, Any], options: Options) -> Outcome:
-    """Bring the children of the LLMSimulator ``body`` in line with its spec, then write its status."""
+@dataclass(frozen=True, slots=True)
+class ChildView:
+    """What the operator's watches remember of one child: enough to skip an apply and to write status.
+
+    Built from every watch event of a child (:func:`child_view`); a few hundred bytes, not the object.
+    """
+
+    kind: str
+    api_version: str
+    name: str
+    uid: str
+    # uid of the controlling LLMSimulator.
+    owner_uid: str
+    # The operator's last applied-hash annotation on it (None: not applied by this version).
+    applied_hash: str | None
+    # Deployments only: the fields the status is computed from (generation, spec.replicas, status).
+    summary: Object | None = None
+
+
+#: The children the operator knows exist, by kind; None where nothing is known (then every child is applied).
+Known = Mapping[str, ChildView]
+
+
+def manifest_hash(manifest: Mapping[str, Any]) -> str:
+    """A stable digest of a manifest (key order does not matter)."""
+    text = json.dumps(manifest, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stamped(manifest: Object) -> Object:
+    """``manifest`` with its own hash in the applied-hash annotation (computed without that annotation)."""
+    meta = dict(manifest["metadata"])
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != ANNOTATION_APPLIED_HASH}
+    meta["annotations"] = annotations
+    digest = manifest_hash({**manifest, "metadata": meta})
+    meta["annotations"] = {**annotations, ANNOTATION_APPLIED_HASH: digest}
+    return {**manifest, "metadata": meta}
+
+
+def applied_hash(obj: Mapping[str, Any]) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_APPLIED_HASH)
+    return str(value) if value is not None else None
+
+
+def child_view(obj: Mapping[str, Any]) -> ChildView | None:
+    """The :class:`ChildView` of a child object, None if no LLMSimulator controls it."""
+    meta = obj.get("metadata") or {}
+    owner = next(
+        (r for r in meta.get("ownerReferences") or [] if r.get("kind") == c.KIND and r.get("controller")), None
+    )
+    if owner is None:
+        return None
+    summary = None
+    if obj.get("kind") == "Deployment":
+        spec = obj.get("spec") or {}
+        summary = {
+            "metadata": {"generation": meta.get("generation")},
+            "spec": {"replicas": spec["replicas"]} if "replicas" in spec else {},
+            "status": dict(obj.get("status") or {}),
+        }
+    return ChildView(
+        kind=str(obj.get("kind")),
+        api_version=str(obj.get("apiVersion")),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid")),
+        owner_uid=str(owner.get("uid")),
+        applied_hash=applied_hash(obj),
+        summary=summary,
+    )
+
+
+def covers(desired: Any, live: Any) -> bool:
+    """Whether ``live`` still holds everything ``desired`` sets (defaults and others' fields may be added).
+
+    Lists of scalars compare whole; in lists of objects every desired item must be covered by a
+    live one. A false "no" costs one no-op apply (which changes nothing, so it triggers no event).
+    """
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(k in live and covers(v, live[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list):
+            return False
+        if all(not isinstance(d, Mapping | list) for d in desired):
+            return desired == live
+        return all(any(covers(d, item) for item in live) for d in desired)
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is live
+    if isinstance(desired, int | float) and isinstance(live, int | float):
+        return desired == live
+    return bool(desired == live)
+
+
+#: Parses and renders kept (LRU): the child events that follow a reconcile compare against the same
+#: render. Rendering models.yml dominates the operator's CPU at scale; a burst of events about one
+#: simulator's children (created, then their status) renders it once.
+_CACHE_SIZE = 128
+_parses: OrderedDict[tuple[str, ...], SimulatorSpec | InvalidSpec] = OrderedDict()
+_renders: OrderedDict[tuple[str, ...], Children] = OrderedDict()
+
+
+def _remember(cache: OrderedDict[tuple[str, ...], Any], key: tuple[str, ...], value: Any) -> None:
+    cache[key] = value
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def _parse(body: Mapping[str, Any]) -> SimulatorSpec:
+    """parse_spec of ``body`` (cached by name and spec); raises :class:`InvalidSpec`."""
+    meta = body["metadata"]
+    key = (str(meta["namespace"]), str(meta["name"]), manifest_hash(body.get("spec") or {}))
+    parsed = _parses.get(key)
+    if parsed is None:
+        try:
+            parsed = parse_spec(key[1], key[0], body.get("spec") or {})
+        except InvalidSpec as exc:
+            parsed = exc
+        _remember(_parses, key, parsed)
+    else:
+        _parses.move_to_end(key)
+    if isinstance(parsed, InvalidSpec):
+        raise type(parsed)(*parsed.args)  # a fresh one: re-raising the cached one would grow its traceback
+    return parsed
+
+
+def _render(body: Mapping[str, Any], sim: SimulatorSpec, responses: str | None, image: str) -> Children:
+    """render_children for ``body`` (cached by everything the render reads)."""
+    meta = body["metadata"]
+    spec_hash, responses_hash = manifest_hash(body.get("spec") or {}), manifest_hash({"r": responses})
+    key = (sim.namespace, sim.name, str(meta["uid"]), spec_hash, responses_hash, image)
+    children = _renders.get(key)
+    if children is None:
+        children = render_children(sim, Owner(sim.name, key[2]), config_data(sim, responses), image)
+        _remember(_renders, key, children)
+    else:
+        _renders.move_to_end(key)
+    return children
+
+
+async def reconcile(
+    kube: KubeApi,
+    body: Mapping[str, Any],
+    options: Options,
+    known: Known | None = None,
+    force: frozenset[str] = frozenset(),
+    *,
+    confirm_absent: bool = False,
+) -> Outcome:
+    """Bring the children of the LLMSimulator ``body`` in line with its spec, then write its status.
+
+    With ``known`` (what the watches say exists), a child whose applied-hash annotation matches the
+    rendered one is not applied again, and a child not wanted is deleted only if it exists: a
+    reconcile where nothing changed makes no API call at all. Kinds in ``force`` are applied anyway
+    (a watch event showed someone changed them). ``confirm_absent`` reads an unwanted optional child
+    that is not known before concluding it is gone (after a spec change: its watch may have started
+    only just now, with its CRD).
+    """
     meta = body["metadata"]
     name, namespace = str(meta["name"]), str(meta["namespace"])
     generation = int(meta.get("generation") or 0)
@@ -72,34 +242,38 @@ async def reconcile(kube: KubeApi, body: Mapping[str, Any], options: Options) ->
         # Being deleted (foreground): re-applying would fight the garbage collector.
         return outcome
     try:
-        sim = parse_spec(name, namespace, body.get("spec") or {})
+        sim = _parse(body)
         responses = await _responses(kube, sim)
     except InvalidSpec as exc:
         reason = "ResponsesNotFound" if isinstance(exc, _MissingResponses) else "InvalidSpec"
         outcome.problem = (reason, str(exc))
-        deployment = await _get_deployment(kube, namespace, name)
+        deployment = await _deployment(kube, namespace, name, known)
         result = Reconciled(generation, c.selector_string(name), False, None, None, None, outcome.problem)
-        outcome.status = await _write(kube, namespace, name, result, deployment, options.now())
+        await _write(kube, body, result, deployment, options.now(), outcome)
         return outcome
 
-    data = config_data(sim, responses)
-    children = render_children(sim, Owner(name, str(meta["uid"])), data, options.image)
+    uid = str(meta["uid"])
+    children = _render(body, sim, responses, options.image)
     outcome.config_hash = children.config_hash
+    sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
-        await kube.apply(children.config_map)
-        if "replicas" not in children.deployment["spec"]:
-            await _hand_over_replicas(kube, namespace, name)
-        deployment = await kube.apply(children.deployment)
-        await kube.apply(children.service)
-        warning = await _sync_service_monitor(kube, sim, children.service_monitor, str(meta["uid"]))
+        await sync.apply(children.config_map)
+        deployment = await sync.apply(children.deployment)
+        if deployment is None:
+            deployment = await _deployment(kube, namespace, name, known)
+        await sync.apply(children.service)
+        warning = await _sync_service_monitor(sync, sim, children.service_monitor, uid)
         if warning:
             outcome.warnings.append(warning)
-        await _sync_pod_disruption_budget(kube, sim, children.pod_disruption_budget, str(meta["uid"]))
+        await _sync_pod_disruption_budget(sync, sim, children.pod_disruption_budget, uid)
     except ApiError as exc:
+        if namespace_gone(exc):
+            # The namespace is going away with everything in it: nothing to repair, nothing to report.
+            return outcome
         problem = ("ApplyFailed", str(exc))
         result = Reconciled(generation, c.selector_string(name), False, None, None, None, problem)
         try:
-            await _write(kube, namespace, name, result, await _get_deployment(kube, namespace, name), options.now())
+            await _write(kube, body, result, await _get_deployment(kube, namespace, name), options.now(), outcome)
         except ApiError as status_exc:
             logger.warning("cannot record the failure in %s/%s status: %s", namespace, name, status_exc)
         raise ReconcileError(str(exc)) from exc
@@ -113,45 +287,167 @@ async def reconcile(kube: KubeApi, body: Mapping[str, Any], options: Options) ->
         config_hash=children.config_hash,
         problem=None,
     )
-    outcome.status = await _write(kube, namespace, name, result, deployment, options.now())
+    await _write(kube, body, result, deployment, options.now(), outcome)
     return outcome
 
 
+async def desired_child(
+    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options
+) -> Object | None:
+    """The stamped manifest of the ``kind`` child of LLMSimulator ``body``, as a reconcile would apply it.
+
+    None when the spec does not render (the reconcile reports that) or does not want that child.
+    """
+    try:
+        sim = _parse(body)
+        responses = await _responses(kube, sim)
+    except InvalidSpec:
+        return None
+    children = _render(body, sim, responses, options.image)
+    manifest = {
+        "ConfigMap": children.config_map,
+        "Deployment": children.deployment,
+        "Service": children.service,
+        "ServiceMonitor": children.service_monitor,
+        "PodDisruptionBudget": children.pod_disruption_budget,
+    }.get(kind)
+    return stamped({**manifest, "apiVersion": api_version}) if manifest is not None else None
+
+
+async def child_drifted(kube: KubeApi, body: Mapping[str, Any], live: Mapping[str, Any], options: Options) -> bool:
+    """Whether the child ``live`` of LLMSimulator ``body`` lost (or never had) what the operator applies."""
+    desired = await desired_child(kube, body, str(live.get("kind")), str(live.get("apiVersion")), options)
+    if desired is None:
+        # Not wanted (a ServiceMonitor or budget the spec dropped) or not renderable: a reconcile decides.
+        return live.get("kind") in ("ServiceMonitor", "PodDisruptionBudget")
+    return not covers(desired, live)
+
+
+class _Sync:
+    """Applies children that differ from what is known to exist, and remembers what it did."""
+
+    def __init__(
+        self, kube: KubeApi, known: Known | None, force: frozenset[str], outcome: Outcome, confirm_absent: bool
+    ) -> None:
+        self.kube, self.known, self.force, self.outcome = kube, known, force, outcome
+        self.confirm_absent = confirm_absent
+
+    def view(self, kind: str) -> ChildView | None:
+        return self.known.get(kind) if self.known is not None else None
+
+    async def apply(self, manifest: Object) -> Object | None:
+        """Apply ``manifest`` unless the known child already carries its hash; the applied object, or None."""
+        manifest = stamped(manifest)
+        kind = manifest["kind"]
+        view = self.view(kind)
+        if (
+            self.known is not None
+            and kind not in self.force
+            and view is not None
+            and view.api_version == manifest["apiVersion"]
+            and view.applied_hash == applied_hash(manifest)
+        ):
+            return None
+        if kind == "Deployment" and "replicas" not in manifest["spec"]:
+            meta = manifest["metadata"]
+            await _hand_over_replicas(self.kube, meta["namespace"], meta["name"])
+        applied = await self.kube.apply(manifest)
+        self.outcome.applied.append(kind)
+        return applied
+
+    async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
+        """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
+        view = self.view(kind)
+        if self.known is not None and (view is not None or not self.confirm_absent):
+            if view is None or view.owner_uid != owner_uid:
+                return
+            api_version, uid = view.api_version, view.uid
+        else:
+            existing = await self.kube.get(api_version, kind, namespace, name)
+            if existing is None or not is_owned(existing, owner_uid):
+                return
+            uid = existing["metadata"]["uid"]
+        await self.kube.delete(api_version, kind, namespace, name, uid)
+        self.outcome.applied.append(f"-{kind}")
+
+
 async def refresh_status(
-    kube: KubeApi, namespace: str, name: str, deployment: Object | None, options: Options
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    deployment: Object | None,
+    options: Options,
+    current: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Recompute the Deployment-derived status fields of ``namespace/name`` (None if it is gone)."""
+    """Recompute the Deployment-derived status fields of ``namespace/name`` (None if it is gone).
+
+    ``current``: the LLMSimulator as last seen, if known; then an unchanged status costs no API call.
+    """
     now = options.now()
-    return await write_status(kube, namespace, name, lambda previous: with_deployment(previous, deployment, now))
+    status, _ = await write_status(
+        kube, namespace, name, lambda previous: with_deployment(previous, deployment, now), current
+    )
+    return status
 
 
 async def write_status(
-    kube: KubeApi, namespace: str, name: str, compute: Callable[[dict[str, Any]], dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Read the LLMSimulator, compute its new status from the old one, replace it; retry on conflict."""
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    compute: Callable[[dict[str, Any]], dict[str, Any]],
+    current: Mapping[str, Any] | None = None,
+    on_conflict: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[dict[str, Any] | None, bool]:
+    """Compute the new status from the old one and replace it if it differs; retry on conflict.
+
+    The first attempt starts from ``current`` when given (no read), later ones read the object.
+    Returns the status (None if the object is gone) and whether it was written.
+    """
     for _ in range(_STATUS_ATTEMPTS):
-        current = await kube.get(c.API_VERSION, c.KIND, namespace, name)
+        if current is None:
+            current = await kube.get(c.API_VERSION, c.KIND, namespace, name)
         if current is None or current["metadata"].get("deletionTimestamp"):
-            return None
-        previous: dict[str, Any] = current.get("status") or {}
+            return None, False
+        previous: dict[str, Any] = dict(current.get("status") or {})
         new = compute(previous)
         if new == previous:
-            return new
+            return new, False
         try:
             await kube.replace_status({**current, "status": new})
-            return new
+            return new, True
         except ApiError as exc:
             if not exc.conflict:
                 raise
+            if on_conflict is not None:
+                await on_conflict()
+        current = None
     raise ApiError(409, f"status of {namespace}/{name} kept changing under {_STATUS_ATTEMPTS} attempts")
 
 
 async def _write(
-    kube: KubeApi, namespace: str, name: str, result: Reconciled, deployment: Object | None, now: str
-) -> dict[str, Any] | None:
-    return await write_status(
-        kube, namespace, name, lambda previous: reconciled_status(previous, result, deployment, now)
+    kube: KubeApi, body: Mapping[str, Any], result: Reconciled, deployment: Object | None, now: str, outcome: Outcome
+) -> None:
+    meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    current = body if meta.get("resourceVersion") else None
+    seen = [deployment]
+
+    async def reread() -> None:
+        # Someone else wrote the status meanwhile, maybe from a newer Deployment than ours: read it
+        # again, or this write would take the Deployment-derived fields back to an older state.
+        seen[0] = await _get_deployment(kube, namespace, name)
+
+    outcome.status, outcome.status_written = await write_status(
+        kube, namespace, name, lambda previous: reconciled_status(previous, result, seen[0], now), current, reread
     )
+
+
+async def _deployment(kube: KubeApi, namespace: str, name: str, known: Known | None) -> Object | None:
+    """The Deployment as the status needs it: from the watch when known, else read."""
+    if known is None:
+        return await _get_deployment(kube, namespace, name)
+    view = known.get("Deployment")
+    return view.summary if view is not None else None
 
 
 async def _get_deployment(kube: KubeApi, namespace: str, name: str) -> Object | None:
@@ -225,30 +521,30 @@ async def _hand_over_replicas(kube: KubeApi, namespace: str, name: str) -> None:
 
 
 async def _sync_service_monitor(
-    kube: KubeApi, sim: SimulatorSpec, manifest: Object | None, owner_uid: str
+    sync: _Sync, sim: SimulatorSpec, manifest: Object | None, owner_uid: str
 ) -> tuple[str, str] | None:
     """Apply the ServiceMonitor, or delete ours when no longer wanted. Returns a warning, if any."""
-    if not await kube.api_exists(MONITORING_API, "servicemonitors"):
-        if manifest is not None:
-            return ("ServiceMonitorUnavailable", f"{MONITORING_API} is not served: no ServiceMonitor created")
+    kube = sync.kube
+    if manifest is None:
+        if (sync.known is not None and not sync.confirm_absent) or await kube.api_exists(
+            MONITORING_API, "servicemonitors"
+        ):
+            await sync.delete_owned(MONITORING_API, "ServiceMonitor", sim.namespace, sim.name, owner_uid)
         return None
-    if manifest is not None:
-        await kube.apply(manifest)
-        return None
-    existing = await kube.get(MONITORING_API, "ServiceMonitor", sim.namespace, sim.name)
-    if existing is not None and is_owned(existing, owner_uid):
-        await kube.delete(MONITORING_API, "ServiceMonitor", sim.namespace, sim.name, existing["metadata"]["uid"])
+    # Wanted but not served (as far as we know): ask again, the CRD may have been installed since.
+    if not await kube.api_exists(MONITORING_API, "servicemonitors") and not await kube.api_exists(
+        MONITORING_API, "servicemonitors", refresh=True
+    ):
+        return ("ServiceMonitorUnavailable", f"{MONITORING_API} is not served: no ServiceMonitor created")
+    await sync.apply(manifest)
     return None
 
 
-async def _sync_pod_disruption_budget(
-    kube: KubeApi, sim: SimulatorSpec, manifest: Object | None, owner_uid: str
-) -> None:
+async def _sync_pod_disruption_budget(sync: _Sync, sim: SimulatorSpec, manifest: Object | None, owner_uid: str) -> None:
     """Apply the PodDisruptionBudget in the newest policy version served, or delete ours when not wanted."""
+    kube = sync.kube
     api_version = POLICY_APIS[0] if await kube.api_exists(POLICY_APIS[0], "poddisruptionbudgets") else POLICY_APIS[1]
     if manifest is not None:
-        await kube.apply({**manifest, "apiVersion": api_version})
+        await sync.apply({**manifest, "apiVersion": api_version})
         return
-    existing = await kube.get(api_version, "PodDisruptionBudget", sim.namespace, sim.name)
-    if existing is not None and is_owned(existing, owner_uid):
-        await kube.delete(api_version, "PodDisruptionBudget", sim.namespace, sim.name, existing["metadata"]["uid"])
+    await sync.delete_owned(api_version, "PodDisruptionBudget", sim.namespace, sim.name, owner_uid)

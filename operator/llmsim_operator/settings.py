@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import kopf
 
 from llmsim_operator import conventions as c
 from llmsim_operator.options import OperatorOptions
+
+#: Child resources watched with a server-side label selector (kopf selectors, as in handlers.CHILDREN).
+CHILD_SELECTORS: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
+    ("apps", "v1", "deployments"),
+    ("v1", "services"),
+    ("policy", "poddisruptionbudgets"),
+    ("monitoring.coreos.com", "v1", "servicemonitors"),
+)
 
 
 def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None:
@@ -27,6 +36,12 @@ def configure(settings: kopf.OperatorSettings, options: OperatorOptions) -> None
     settings.posting.reporting_component = c.MANAGED_BY
     if options.identity:
         settings.posting.reporting_instance = options.identity
+    # The children's watches ask the server for ours only (ConfigMaps: all, for responses.configMapRef).
+    # (kopf >= 1.38 filters on the server; older ones receive every object and the handlers' labels filter.)
+    selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+    label_selectors: Any = getattr(settings.watching, "label_selectors", None)
+    for resource in CHILD_SELECTORS if label_selectors is not None else ():
+        label_selectors[resource] = selector
     settings.peering.standalone = options.peering is None
     if options.peering is not None:
         settings.peering.name = options.peering

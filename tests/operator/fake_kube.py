@@ -30,6 +30,7 @@ class FakeKube:
         self.applied: list[tuple[str, Object]] = []
         self.deleted: list[Key] = []
         self.status_writes = 0
+        self.reads = 0
         # Inject: kinds whose apply fails; number of status writes to answer with 409.
         self.fail_apply: set[str] = set()
         self.conflicts = 0
@@ -80,6 +81,7 @@ class FakeKube:
         ]
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Object | None:
+        self.reads += 1
         obj = self.objects.get((api_version, kind, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
@@ -105,10 +107,14 @@ class FakeKube:
         live["metadata"]["resourceVersion"] = str(next(self._versions))
         return copy.deepcopy(live)
 
-    async def api_exists(self, group_version: str, plural: str) -> bool:
+    async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool:
         if (group_version, plural) == ("policy/v1", "poddisruptionbudgets"):
             return self.policy_v1
         return self.monitoring and (group_version, plural) == ("monitoring.coreos.com/v1", "servicemonitors")
+
+    def calls(self) -> tuple[int, int, int, int]:
+        """(applies, deletes, status writes, reads) so far."""
+        return len(self.applied), len(self.deleted), self.status_writes, self.reads
 
     def status_of(self, name: str, namespace: str) -> dict[str, Any]:
         status: dict[str, Any] = self.objects[("llmsim.io/v1alpha1", "LLMSimulator", namespace, name)].get("status", {})

@@ -35,7 +35,7 @@ LINT_KUBE_VERSIONS = ("1.20.0", kubernetes_validate.utils.latest_version())
 # Each combination values.yaml documents, with a name for the test ids.
 COMBINATIONS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "watch-namespaces": {"watchNamespaces": ["team-a", "team-b"], "driftInterval": 15, "simulatorImage": "sim:1"},
+    "watch-namespaces": {"watchNamespaces": ["team-a", "team-b"], "simulatorImage": "sim:1"},
     "image": {"image": {"repository": "registry.example/op", "tag": "2.0.0", "pullPolicy": "Always"}},
     "no-rbac-no-sa-no-dashboard": {
         "rbac": {"create": False},
@@ -61,7 +61,6 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     "resources-and-port": {
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": 1, "memory": "512Mi"}},
         "livenessPort": 9090,
-        "driftInterval": 0.5,
     },
 }
 
@@ -175,7 +174,7 @@ def test_watch_namespaces_and_values_reach_the_pod() -> None:
     deployment = by_kind(manifests(values))["Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = _parser().parse_args(container["args"])
-    assert (args.namespace, args.drift_interval, args.simulator_image) == (["team-a", "team-b"], 15.0, "sim:1")
+    assert (args.namespace, args.simulator_image) == (["team-a", "team-b"], "sim:1")
     assert "serving team-a, team-b" in render(values)["NOTES.txt"]
     assert "serving all namespaces" in render()["NOTES.txt"]
 
@@ -227,8 +226,7 @@ def test_values_schema_accepts_the_defaults_and_every_combination() -> None:
     "override",
     [
         {"image": {"pullPolicy": "Sometimes"}},
-        {"driftInterval": 0},
-        {"driftInterval": "60s"},
+        {"driftInterval": 60},  # gone with the drift timer: children are repaired on their events
         {"livenessPort": 70000},
         {"watchNamespaces": ["Team_A"]},
         {"dashbord": {"enabled": False}},  # a typo must not pass silently

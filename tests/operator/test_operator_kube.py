@@ -50,7 +50,6 @@ from tests.operator.cluster import (
 pytestmark = pytest.mark.kube
 
 SIM_IMAGE = "llmsim:envtest"
-DRIFT_INTERVAL = "3"
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +111,6 @@ def operator(
         tmp / "operator.log",
         "--simulator-image",
         SIM_IMAGE,
-        "--drift-interval",
-        DRIFT_INTERVAL,
         "--liveness",
         liveness,
     )
@@ -345,21 +342,18 @@ def test_delete_garbage_collects_the_children(dyn: Any, namespace: str) -> None:
 
 
 def test_deleted_or_edited_children_come_back(dyn: Any, namespace: str) -> None:
+    # The operator has no timer: every repair below comes from the watch event of the child.
     sim = create(dyn, namespace, "drift", MINIMAL)
     children = wait_children(dyn, namespace, "drift", sim["metadata"]["uid"])
-    # Deleting the Deployment: the watch sees it and the operator recreates it at once.
-    delete(dyn, "apps/v1", "Deployment", namespace, "drift")
-    old_uid = children["Deployment"]["metadata"]["uid"]
-    wait_for(
-        dyn,
-        "apps/v1",
-        "Deployment",
-        namespace,
-        "drift",
-        lambda o: o is not None and o["metadata"]["uid"] != old_uid,
-        "a new Deployment",
-    )
-    # Editing the ConfigMap by hand: the drift check restores it.
+    for api_version, kind in (("apps/v1", "Deployment"), ("v1", "Service")):
+        delete(dyn, api_version, kind, namespace, "drift")
+        old_uid = children[kind]["metadata"]["uid"]
+
+        def replaced(o: dict[str, Any] | None, old_uid: str = old_uid) -> bool:
+            return o is not None and o["metadata"]["uid"] != old_uid
+
+        wait_for(dyn, api_version, kind, namespace, "drift", replaced, f"a new {kind}")
+    # Editing the ConfigMap or the Deployment by hand: the edit's event brings the operator's version back.
     merge_patch(dyn, "v1", "ConfigMap", namespace, "drift-config", {"data": {"models.yml": "tampered"}})
     wait_for(
         dyn,
@@ -368,8 +362,65 @@ def test_deleted_or_edited_children_come_back(dyn: Any, namespace: str) -> None:
         namespace,
         "drift-config",
         lambda o: o is not None and o["data"]["models.yml"] != "tampered",
-        "the drift check",
+        "the ConfigMap's repair",
     )
+    tampered = {"spec": {"template": {"spec": {"containers": [{"name": "llmsim", "image": "someone:else"}]}}}}
+    merge_patch(dyn, "apps/v1", "Deployment", namespace, "drift", tampered)
+    wait_for(
+        dyn,
+        "apps/v1",
+        "Deployment",
+        namespace,
+        "drift",
+        lambda o: o is not None and o["spec"]["template"]["spec"]["containers"][0]["image"] == SIM_IMAGE,
+        "the Deployment's repair",
+    )
+
+
+def _versions(dyn: Any, namespace: str) -> dict[str, str]:
+    """resourceVersion of every LLMSimulator and child in ``namespace``, by kind/name."""
+    out = {}
+    for api_version, kind in ((API_VERSION, KIND), ("v1", "ConfigMap"), ("apps/v1", "Deployment"), ("v1", "Service")):
+        for item in dyn.resources.get(api_version=api_version, kind=kind).get(namespace=namespace).items:
+            out[f"{kind}/{item.metadata.name}"] = item.metadata.resourceVersion
+    return out
+
+
+def _settled_versions(dyn: Any, namespace: str) -> dict[str, str]:
+    """:func:`_versions` once they stopped changing (the last status updates of a rollout have landed)."""
+    previous = _versions(dyn, namespace)
+    for _ in range(30):
+        time.sleep(2)
+        current = _versions(dyn, namespace)
+        if current == previous:
+            return current
+        previous = current
+    raise AssertionError(f"objects in {namespace} kept changing for a minute")
+
+
+def test_a_restart_where_nothing_changed_writes_nothing(dyn: Any, namespace: str, operator: OperatorProcess) -> None:
+    names = ["quiet-0", "quiet-1", "quiet-2"]
+    for name in names:
+        sim = create(dyn, namespace, name, MINIMAL | {"replicas": 0})
+        wait_children(dyn, namespace, name, sim["metadata"]["uid"])
+    for name in names:
+        status_with(dyn, namespace, name, "Ready", lambda o: condition(o, "Ready").get("status") == "True")
+    before = _settled_versions(dyn, namespace)
+    events = dyn.resources.get(api_version="v1", kind="Event").get(namespace=namespace).items
+    operator.stop()
+    operator.start()
+    # Once a simulator created after the restart has converged, the resumes of the others have run
+    # (kopf resumes every object it lists before it sees later events).
+    late = create(dyn, namespace, "after-restart", MINIMAL | {"replicas": 0})
+    wait_children(dyn, namespace, "after-restart", late["metadata"]["uid"])
+    status_with(dyn, namespace, "after-restart", "Ready", lambda o: condition(o, "Ready").get("status") == "True")
+    after = _settled_versions(dyn, namespace)
+    assert {k: v for k, v in after.items() if "after-restart" not in k} == before  # not one write
+    assert wait_event(dyn, namespace, KIND, "after-restart", "Reconciled")["type"] == "Normal"
+    # The only new events are about the new simulator.
+    seen = {e.metadata.uid for e in events}
+    new = dyn.resources.get(api_version="v1", kind="Event").get(namespace=namespace).items
+    assert {e.involvedObject.name for e in new if e.metadata.uid not in seen} <= {"after-restart"}
 
 
 def test_operator_restarted_mid_way_converges(dyn: Any, namespace: str, operator: OperatorProcess) -> None:
@@ -429,7 +480,7 @@ def test_external_autoscaler_keeps_the_replicas(dyn: Any, namespace: str) -> Non
     )
     deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
     assert deployments.get(name="hpa", namespace=namespace).spec.replicas == 2  # neither reset to 1 nor set to 9
-    # The autoscaler scales the Deployment; the drift check must leave it.
+    # The autoscaler scales the Deployment; the operator's watch of it must leave that alone.
     merge_patch(dyn, "apps/v1", "Deployment", namespace, "hpa", {"spec": {"replicas": 5}}, subresource="scale")
     tampered = merge_patch(dyn, "v1", "ConfigMap", namespace, "hpa-config", {"data": {"models.yml": "x"}})
     wait_for(
@@ -443,7 +494,7 @@ def test_external_autoscaler_keeps_the_replicas(dyn: Any, namespace: str) -> Non
             and o["metadata"]["resourceVersion"] != tampered["metadata"]["resourceVersion"]
             and o["data"]["models.yml"] != "x"
         ),
-        "a drift check",
+        "the ConfigMap's repair",
     )
     assert deployments.get(name="hpa", namespace=namespace).spec.replicas == 5
 
@@ -631,6 +682,17 @@ def test_kube_version_detection_and_server_side_apply_on_a_1_20_server(
     assert "x-kubernetes-validations" in str(refused.value.body)
     # ... and takes what `llmsim-operator manifests --kube-version auto` prints for it.
     apply(custom_resource_definition(cel=False))
+
+
+def test_discovery_is_asked_once_per_process(operator: OperatorProcess) -> None:
+    # Every scenario above reconciled: policy/v1 (PodDisruptionBudget versions) was asked once per
+    # operator start; monitoring.coreos.com/v1 at most twice (once more when a ServiceMonitor was
+    # wanted and the API had not been served: its CRD was installed meanwhile).
+    log = Path(operator.log_path).read_text(errors="replace")
+    starts = log.count("llmsim-operator connected")
+    assert starts >= 3, operator.log_tail()  # the fixture's start and the two restarts above
+    assert log.count("API discovery: policy/v1 ") == starts
+    assert log.count("API discovery: monitoring.coreos.com/v1 ") <= 2 * starts
 
 
 def test_operator_log_has_no_permission_errors(operator: OperatorProcess) -> None:

@@ -9,9 +9,9 @@ import pytest
 
 import llmsim_operator
 from llmsim_operator.cli import _parser, options_from_args
-from llmsim_operator.handlers import backoff, register
+from llmsim_operator.handlers import CHILDREN, RESPONSES_REFS, SIMULATORS, backoff, register
 from llmsim_operator.options import OperatorOptions
-from llmsim_operator.settings import configure
+from llmsim_operator.settings import CHILD_SELECTORS, configure
 
 
 def test_configure_uses_own_prefix_timeouts_and_standalone() -> None:
@@ -56,17 +56,28 @@ def test_backoff_doubles_up_to_five_minutes() -> None:
     assert [backoff(r) for r in range(8)] == [5, 10, 20, 40, 80, 160, 300, 300]
 
 
-def test_register_adds_every_handler() -> None:
+def test_register_watches_children_and_polls_nothing() -> None:
     registry = kopf.OperatorRegistry()
-    register(registry, OperatorOptions(drift_interval=15))
+    register(registry, OperatorOptions())
     assert {h.id for h in registry._activities.get_all_handlers()} == {"login", "connect", "disconnect", "api"}
     changing = registry._changing.get_all_handlers()
     assert {h.id for h in changing} == {"reconcile"}
-    (timer,) = registry._spawning.get_all_handlers()
-    assert timer.id == "drift-check"
-    assert getattr(timer, "interval", None) == 15
-    (watcher,) = registry._watching.get_all_handlers()
-    assert watcher.id == "deployment-status"
+    # No timer or daemon: nothing runs per object unless an event arrives (and so no finalizer).
+    assert list(registry._spawning.get_all_handlers()) == []
+    assert not any(getattr(h, "requires_finalizer", False) for h in changing)
+    indexes = {h.id for h in registry._indexing.get_all_handlers()}
+    assert indexes == {SIMULATORS, RESPONSES_REFS} | {index_id for _, index_id in CHILDREN}
+    watchers = {h.id for h in registry._watching.get_all_handlers()}
+    assert watchers == {f"{index_id}-changed" for _, index_id in CHILDREN} | {"responses-changed"}
+
+
+def test_children_are_watched_by_label_on_the_server_side() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings, OperatorOptions())
+    selectors = dict(settings.watching.label_selectors.items())
+    assert set(selectors.values()) == {"app.kubernetes.io/managed-by=llmsim-operator"}
+    assert len(selectors) == len(CHILD_SELECTORS) == len(CHILDREN) - 1  # ConfigMaps: all (responses refs)
+    assert {selector for selector, _ in CHILDREN[1:]} == set(CHILD_SELECTORS)
 
 
 def test_exports() -> None:
