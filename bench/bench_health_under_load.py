@@ -10,7 +10,7 @@ same probes with no load, for reference.
 
 Shapes (all at the default limit): n=128 × max_tokens=2,048 and n=8 × max_tokens=32,760, each
 non-streamed and streamed (the client reads as fast as it can), and 128 prompts × n=128 ×
-max_tokens=16 (16,384 choices); then the issue's request (n=128 × 30,000), which must be refused
+max_tokens=16 (16,384 choices); then n=128 × 30,000 (the request that once froze a replica), which must be refused
 at once.
 
     .venv/bin/python bench/bench_health_under_load.py [--transport fast|plain] [--seconds-before 1]

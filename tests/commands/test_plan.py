@@ -13,7 +13,7 @@ import pytest
 from llmsim.cli import main
 from tests.engine.scheduler.builders import roofline
 
-# The issue's example model (the seed design): 7,609 KV blocks.
+# The reference example model: 7,609 KV blocks.
 MODELS = """
 hardware:
   h100-80gb: {hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}

@@ -130,7 +130,7 @@ def test_a_fleet_that_jumps_is_the_fleet_that_steps(case: tuple[FleetSpec, Fleet
     target(float(sum(r.num_steps for r in stepped.replicas)), label="steps")
     target(float(sum(o.rejected for o in stepped.requests)), label="refusals")
     for a, b in zip(stepped.requests, jumped.requests, strict=True):
-        # The bar: the same token times to 1 ns. They are the same floats.
+        # The bar: the same token times to 1 ns. They are the same floats.
         assert all(abs(x - y) <= 1e-9 for x, y in zip(a.token_times, b.token_times, strict=True))
     # Every outcome (replica chosen, times, hits), every replica's counters.
     assert everything(jumped) == everything(stepped)

@@ -18,7 +18,7 @@ from tests.engine.scheduler.builders import seed_params
 
 from .builders import fleet_of
 
-# Seed model, 1,000-token prompts and 100-token outputs: one replica takes roughly 10 req/s.
+# The reference model, 1,000-token prompts and 100-token outputs: one replica takes roughly 10 req/s.
 SHAPE = WorkloadShape(rate=10.0, duration=20.0, prompt_tokens=1000, output_tokens=100, seed=2)
 SLO = Slo((SloTarget.parse("ttft_p99=300"), SloTarget.parse("itl_p50<=40ms")))
 

@@ -18,7 +18,7 @@ def view(r: Replica) -> tuple[int, int, float]:
 
 
 def test_the_view_is_the_state_at_the_last_scrape() -> None:
-    # Scrapes at 0.02, 0.07, 0.12, ...; steps of the seed model last ~4.5 ms.
+    # Scrapes at 0.02, 0.07, 0.12, ...; steps of the reference model last ~4.5 ms.
     r = Replica(0, "r/0", seed_params(), scrape_interval=0.05, scrape_phase=0.02)
     ended: list[Sequence] = []
     r.route(seq("a", 0.0), 0.0)

@@ -125,7 +125,7 @@ def test_one_replica_s_timeline_depends_on_neither_router_nor_how_prompts_are_id
 
 
 def test_one_request_alone_times_like_the_roofline() -> None:
-    # Prefill of 16 tokens reads 16 tokens of KV; decodes at 17 and 18 (seed model, efficiencies 1).
+    # Prefill of 16 tokens reads 16 tokens of KV; decodes at 17 and 18 (reference model, efficiencies 1).
     plan = plan_fleet(fleet_of(seed_params(), 3), workload((0.0, 16, 3)), keep_token_times=True)
     (outcome,) = plan.result.requests
     t1 = roofline(16, 16)

@@ -1,6 +1,6 @@
 """Builders on tiny and seed-design configs (like vLLM's create_scheduler()/create_requests()).
 
-The seed design's example: 80 GiB HBM at 3,000 GB/s and 989 TFLOPS, a 6.74 B-parameter fp16
+The reference example: 80 GiB HBM at 3,000 GB/s and 989 TFLOPS, a 6.74 B-parameter fp16
 model (13.48 GB of weights), 512 KiB of KV per token, 90 % utilisation, blocks of 16 tokens.
 """
 
@@ -19,7 +19,7 @@ from llmsim.engine.scheduler import (
 )
 from llmsim.types import RequestId
 
-# The seed design's figures, written out once so tests derive expectations from them.
+# The reference example's figures, written out once so tests derive expectations from them.
 PARAMS = 6.74e9  # parameters
 WEIGHTS = PARAMS * 2  # bytes (fp16)
 KV_PER_TOKEN = 524_288  # bytes
@@ -32,7 +32,7 @@ SEED_MODEL = ModelSpec(num_parameters=PARAMS, weight_bytes=WEIGHTS, kv_bytes_per
 
 
 def roofline(tokens: int, context_tokens: int) -> float:
-    """The issue's step-duration formula for the seed model, efficiencies 1, no overhead."""
+    """The roofline step-duration formula for the reference model, efficiencies 1, no overhead."""
     compute = 2 * PARAMS * tokens / FLOPS
     memory = (WEIGHTS + KV_PER_TOKEN * context_tokens) / BANDWIDTH
     return max(compute, memory)
@@ -44,7 +44,7 @@ def seed_params(**overrides: Any) -> SchedulerParams:
 
 
 def sized_params(num_blocks: int, *, block_size: int = 16, **overrides: Any) -> SchedulerParams:
-    """The seed GPU's speed and model, with HBM sized so exactly ``num_blocks`` KV blocks are usable.
+    """The reference GPU's speed and model, with HBM sized so exactly ``num_blocks`` KV blocks are usable.
 
     vLLM's null block comes on top: the GPU holds ``num_blocks + 1`` blocks.
     """

@@ -1,4 +1,4 @@
-"""The roofline step duration, and the seed design's single-request and 29-request figures."""
+"""The roofline step duration, and the reference model's single-request and 29-request figures."""
 
 from __future__ import annotations
 

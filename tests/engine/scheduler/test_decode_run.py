@@ -85,7 +85,7 @@ def test_jumping_over_decode_runs_gives_the_stepping_loop_s_timeline(
     jumped = simulate(params, items, fast_forward=True, audit=True)
     target(float(len(stepped.steps)), label="steps")
     target(float(stepped.summary().num_preemptions), label="preemptions")
-    # The issue asks for the same token times to 1 ns; they are the same floats.
+    # The bar: the same token times to 1 ns; they are the same floats.
     for a, b in zip(stepped.requests, jumped.requests, strict=True):
         assert len(a.token_times) == len(b.token_times)
         assert all(abs(x - y) <= 1e-9 for x, y in zip(a.token_times, b.token_times, strict=True))

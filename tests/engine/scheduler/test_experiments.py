@@ -1,4 +1,4 @@
-"""The seed design's experiments E1-E5, re-derived in virtual time on the example model.
+"""The scheduler experiments E1-E5, re-derived in virtual time on the example model.
 
 Each test states the workload that reproduces the design's figure, computes the expectation
 from the roofline (builders.roofline) or from block arithmetic, and checks the simulation

@@ -32,7 +32,7 @@ def test_a_repeated_4096_token_prompt_hits_4080_tokens_and_ttft_falls_by_their_p
     # the whole 4,096-token context; only the computed tokens fall from 4,096 to 16.
     assert first.ttft == pytest.approx(roofline(4096, 4096), rel=1e-12)
     assert second.ttft == pytest.approx(roofline(16, 4096), rel=1e-12)
-    # On the seed GPU the 4,096-token prefill is compute-bound (2 x 6.74e9 x 4,096 / 989e12 =
+    # On the reference GPU the 4,096-token prefill is compute-bound (2 x 6.74e9 x 4,096 / 989e12 =
     # 55.8 ms), the 16-token one memory-bound (weights + 4,096 x 512 KiB over 3 TB/s = 5.21 ms).
     assert first.ttft == pytest.approx(2 * 6.74e9 * 4096 / 989e12, rel=1e-12)
     assert second.ttft == pytest.approx((6.74e9 * 2 + 524_288 * 4096) / 3000e9, rel=1e-12)
