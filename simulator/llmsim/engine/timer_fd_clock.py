@@ -13,16 +13,14 @@ once. One timerfd per clock serves every sleeper (a heap of deadlines; the fd is
 earliest), so a sleep costs one ``timerfd_settime`` and, on waking, one ``read``: right for the
 scheduler's step loop (one sleep per step), not for an engine that sleeps once per token.
 
-The fd fires on time, but the loop runs its reader later: on this project's VMs a wake-up from an
-idle loop took 0.06–0.4 ms (median ≈0.16–0.2 ms), the hypervisor's, on every step of a lightly
+The fd fires on time, but the loop runs its reader later: on a virtual machine a wake-up from an
+idle loop is late by a fraction of a millisecond (the hypervisor's), on every step of a lightly
 loaded server. So the timer is armed a *lead* ahead of the deadline, the median of the last 32
 wake-ups' lateness (at most :data:`MAX_LEAD_S`), and the sleeper spins on the clock for whatever
 is left when it wakes early. Half the wake-ups then land at the deadline after a short spin, the
-rest late only by what exceeds the lead (bench/README, live timing's fifth and sixth passes: the
-step's wake-up lag p50 at 20 req/s 0.17 ms without a lead; in a later, slower hour 0.09 ms with
-the 25th percentile and 0.05 ms with the median, whose spin costs ≈35–43 µs a step at 64 streams
-against ≈13 µs, under 1 % of the server's CPU per token). While it spins the loop reads nothing,
-so the spin calls ``spin`` (the request side's arrival poll, see transport/arrival_watch.py).
+rest late only by what exceeds the lead (bench/bench_live_timing.py measures the wake-up lag and
+the spin's cost). While it spins the loop reads nothing, so the spin calls ``spin`` (the request
+side's arrival poll, see transport/arrival_watch.py).
 
 :func:`precise` returns one when the platform has timerfd and the clock is the real
 ``time.monotonic`` (a test's virtual-time clock is kept as it is).

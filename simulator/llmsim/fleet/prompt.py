@@ -24,7 +24,7 @@ block hashes: equal exactly when the two prompts agree on every token up to the 
 Two prompts agree on their first k tokens exactly when their segments do (the rule
 :meth:`Prompt.shared_prefix` states), so the cache finds the same hits as with vLLM's sha256 of
 the token ids, at a fraction of the cost: no ids are made and no sha256 is taken.
-NOTE: a deliberate difference, for speed (bench/README.md has the figures). Identities are
+NOTE: a deliberate difference, for speed (bench/bench_plan.py measures it). Identities are
 integers: the blocks of a prompt's first segment (a system prompt, or a whole prompt known only
 by its length: most blocks of most workloads) are numbered on from their segment's 62-bit code,
 one ``range`` per prompt with no hashing at all (machine-word integers: a range of them is made

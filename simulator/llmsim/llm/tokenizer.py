@@ -102,8 +102,8 @@ def encode(text: str) -> list[str]:
 def count(text: str) -> int:
     """Number of tokens in ``text``, without keeping the token strings."""
     # NOTE: subn counts matches in C and builds neither match objects nor a list of strings
-    # (its result is the empty string, since the matches tile the text). Measured on prose:
-    # as fast as len(findall), ~1.4x faster than counting finditer's matches in Python.
+    # (its result is the empty string, since the matches tile the text): as fast as len(findall),
+    # faster than counting finditer's matches in Python.
     if len(text) <= 2 * SLICE_CHARS:
         return _subn("", text)[1]
     return sum(_subn("", piece)[1] for piece in slices(text))

@@ -2,7 +2,7 @@
 
 On a busy replica most steps change nothing but lengths: every running sequence decodes one
 token, nobody is admitted, preempted or aborted. Stepping such a run costs one pass over the batch
-per step (~1 us per sequence); the run below costs a few float operations per step, plus the
+per step; the run below costs a few float operations per step, plus the
 work that really happens: one block allocation per sequence every ``block_size`` steps, the
 output blocks it caches, and its finish. A run starting at ``t`` exists when
 (:meth:`DecodeRun.plan` checks it, and the scheduler's own rules say why each is needed):
