@@ -18,7 +18,7 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import admin_routes, router_routes, routes
+from llmsim.api import admin_routes, messages_routes, router_routes, routes
 from llmsim.api.access import Access
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
 from llmsim.api.identity import Identity, with_headers
@@ -47,6 +47,8 @@ from llmsim.api.response_models import (
     IsSleepingResponse,
     LoadResponse,
     LoadsResponse,
+    MessagesResponse,
+    MessagesStreamEvent,
     ModelInfo,
     ModelList,
     RenderedPrompt,
@@ -341,6 +343,7 @@ def create_app(
         "/v1/completions": routes.completions,
         # Not for speed: the fast path counts the requests in flight that a shutdown drains.
         "/inference/v1/generate": router_routes.generate,
+        "/v1/messages": messages_routes.messages,
     }
     app = LlmsimApp(
         now=state.clock.now,
@@ -379,6 +382,15 @@ def create_app(
         errors=(400, 404, 503),
         stream=CompletionChunk,
         summary="Text completion (OpenAI)",
+    )
+    app.add_json_route(
+        "/v1/messages",
+        messages_routes.messages,
+        [messages_routes.MessagesRequest],
+        MessagesResponse,
+        errors=(400, 404, 503),
+        stream=MessagesStreamEvent,
+        summary="Messages (Anthropic), served by the chat path (vLLM)",
     )
     app.add_json_route(
         "/v1/embeddings",

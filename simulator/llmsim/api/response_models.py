@@ -339,3 +339,47 @@ class ModelInfo(_Body):
     has_audio_understanding: bool
     model_type: str | None = None
     architectures: list[str] | None = None
+
+
+class MessagesUsage(_Body):
+    input_tokens: int
+    output_tokens: int
+
+
+class MessagesContent(_Body):
+    type: str
+    text: str | None = None
+
+
+class MessagesResponse(_Body):
+    """Anthropic's message, as vLLM's ``POST /v1/messages`` answers it."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    content: list[MessagesContent]
+    model: str
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None = None
+    stop_sequence: str | None = None
+    usage: MessagesUsage
+
+
+class MessagesStreamEvent(_Body):
+    """One event of a streamed message (its ``event:`` line names its ``type``)."""
+
+    type: Literal[
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "ping",
+        "error",
+    ]
+    message: MessagesResponse | None = None
+    delta: dict[str, Any] | None = None
+    content_block: MessagesContent | None = None
+    index: int | None = None
+    error: dict[str, Any] | None = None
+    usage: MessagesUsage | None = None

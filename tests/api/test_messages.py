@@ -1,0 +1,171 @@
+"""Anthropic's Messages API (``POST /v1/messages``), in-process: served by the chat path, said the Messages way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from llmsim.api.messages_routes import MessagesRequest
+from llmsim.api.response_models import ErrorResponse, MessagesResponse, MessagesStreamEvent
+from llmsim.runtime import Runtime, build_runtime
+
+CONFIG = """
+version: 1
+models:
+  - {name: m, engine: instant, context_length: 1024}
+"""
+RESPONSES = """
+version: 1
+responses: []
+default:
+  content: "Fine, thank you. And you?"
+"""
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How are you today?"}]
+MESSAGES: dict[str, Any] = {
+    "model": "m",
+    "max_tokens": 64,
+    "system": "Be brief.",
+    "messages": [{"role": "user", "content": "How are you today?"}],
+}
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Runtime:
+    (tmp_path / "models.yml").write_text(CONFIG)
+    (tmp_path / "responses.yml").write_text(RESPONSES)
+    return build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+
+
+@pytest.fixture
+async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=runtime.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each event's ``event:`` name and its data."""
+    out = []
+    for block in text.split("\n\n"):
+        if not block:
+            continue
+        name_line, data_line = block.split("\n")
+        assert name_line.startswith("event: ")
+        assert data_line.startswith("data: ")
+        out.append((name_line[len("event: ") :], json.loads(data_line[len("data: ") :])))
+    return out
+
+
+async def test_a_message_is_the_chat_answer_with_its_usage(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/messages", json=MESSAGES)
+    assert r.status_code == 200
+    body = r.json()
+    MessagesResponse.model_validate(body)
+    chat = (await http.post("/v1/chat/completions", json={"model": "m", "messages": CHAT, "max_tokens": 64})).json()
+    assert body["content"] == [{"type": "text", "text": chat["choices"][0]["message"]["content"]}]
+    assert body["usage"] == {
+        "input_tokens": chat["usage"]["prompt_tokens"],
+        "output_tokens": chat["usage"]["completion_tokens"],
+    }
+    assert (body["type"], body["role"], body["model"]) == ("message", "assistant", "m")
+    assert (body["stop_reason"], body["stop_sequence"]) == ("end_turn", None)
+    # As vLLM: the chat completion's id.
+    assert body["id"].startswith("chatcmpl-")
+
+
+async def test_system_blocks_and_system_messages_are_one_system_message(http: httpx.AsyncClient) -> None:
+    blocks = MESSAGES | {"system": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]}
+    as_string = (await http.post("/v1/messages", json=MESSAGES)).json()
+    as_blocks = (await http.post("/v1/messages", json=blocks)).json()
+    assert as_blocks["usage"] == as_string["usage"]
+    request = MessagesRequest.model_validate(
+        {
+            "model": "m",
+            "max_tokens": 1,
+            "system": "A",
+            "messages": [
+                {"role": "system", "content": "B"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "!"}]},
+                {"role": "assistant", "content": "hello"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "42"}]}
+                    ],
+                },
+            ],
+        }
+    )
+    assert request.chat_messages() == [
+        {"role": "system", "content": "AB"},
+        {"role": "user", "content": "hi!"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "tool", "tool_call_id": "t1", "content": "42"},
+    ]
+
+
+async def test_max_tokens_cuts_the_answer(http: httpx.AsyncClient) -> None:
+    body = (await http.post("/v1/messages", json=MESSAGES | {"max_tokens": 2})).json()
+    assert body["stop_reason"] == "max_tokens"
+    assert body["usage"]["output_tokens"] == 2
+
+
+async def test_the_stream_says_the_message_event_by_event(http: httpx.AsyncClient) -> None:
+    whole = (await http.post("/v1/messages", json=MESSAGES)).json()
+    r = await http.post("/v1/messages", json=MESSAGES | {"stream": True})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r.text)
+    for name, data in events:
+        assert data["type"] == name
+        MessagesStreamEvent.model_validate(data)
+    names = [name for name, _ in events]
+    deltas = names.count("content_block_delta")
+    assert names == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * deltas,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert deltas == whole["usage"]["output_tokens"]
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    assert text == whole["content"][0]["text"]
+    start = events[0][1]["message"]
+    assert start["usage"] == {"input_tokens": whole["usage"]["input_tokens"], "output_tokens": 0}
+    assert events[-2][1] == {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": whole["usage"]}
+
+
+async def test_max_tokens_is_required(http: httpx.AsyncClient) -> None:
+    body = {k: v for k, v in MESSAGES.items() if k != "max_tokens"}
+    r = await http.post("/v1/messages", json=body)
+    assert r.status_code == 400
+    # A body that does not validate: vLLM's own 400, before the handler.
+    error = ErrorResponse.model_validate(r.json()).error
+    assert "max_tokens" in error.message
+    zero = await http.post("/v1/messages", json=MESSAGES | {"max_tokens": 0})
+    assert zero.status_code == 400
+
+
+async def test_handler_errors_are_anthropic_shaped(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/messages", json=MESSAGES | {"model": "nope"})
+    assert r.status_code == 404
+    assert r.json() == {
+        "type": "error",
+        "error": {"type": "NotFoundError", "message": "The model `nope` does not exist."},
+    }
+    too_long = await http.post("/v1/messages", json=MESSAGES | {"max_tokens": 5000})
+    assert too_long.status_code == 400
+    assert too_long.json()["type"] == "error"
+    assert too_long.json()["error"]["type"] == "BadRequestError"
+
+
+async def test_the_route_is_documented(http: httpx.AsyncClient) -> None:
+    paths = (await http.get("/openapi.json")).json()["paths"]
+    assert "post" in paths["/v1/messages"]
