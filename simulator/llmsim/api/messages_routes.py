@@ -19,30 +19,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llmsim.api.chat_served import plan_chat, run_streamed, run_whole
 from llmsim.api.completion_bodies import completion_body, dumps_compact
 from llmsim.api.errors import APIError, from_validation_error
 from llmsim.api.protocol import ChatCompletionRequest, RequestInvalid
-from llmsim.api.routes import (
-    SSE_HEADERS,
-    _arrival,
-    _check,
-    _complete,
-    _fault,
-    _plan,
-    _request_id,
-    _served,
-    _state,
-    _submit,
-    _until_disconnect,
-    _until_serving,
-    _with_lora,
-    bad_request,
-    parse_body,
-)
+from llmsim.api.routes import _arrival, _state, bad_request, parse_body
 from llmsim.api.served import ServedModel
 from llmsim.engine.errors import EngineStopped, RequestAborted
-from llmsim.transport import DropConnection, DroppedResponse, DroppingEvents, EventSource, SSEResponse
-from llmsim.types import GenerationPlan, RequestId, TokenEvent
+from llmsim.types import GenerationPlan, TokenEvent
 
 #: vLLM's map from the chat finish reason to the Messages stop reason (others: null).
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -179,45 +163,19 @@ async def messages(request: Request) -> Response:
 
 
 async def _serve(request: Request, body: MessagesRequest, arrival: float) -> Response:
-    state = _state(request)
-    chat = body.to_chat()
-    served = _served(state, chat.model)
-    _check(chat, served)
-    if not state.lifecycle.serving:
-        admitted = await _until_serving(request, state, arrival)
-        if admitted is None:
-            return Response(status_code=499)
-        arrival = admitted
-    fault = _fault(request, served)
-    try:
-        gen_request = chat.to_generation_request()
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="messages") from None
-    plans = await _plan(request, served, _with_lora([gen_request], served, chat.model))
-    request_id = "chatcmpl-" + _request_id(request)
-    ids = [RequestId(f"{request_id}-0")]
-    model = served.name if chat.model in served.aliases else chat.model
-    prompt_tokens = plans[0].prompt_tokens
-    drop_after: int | None = None
-    if fault is not None:
-        plans = fault.pace(plans)
-        drop_after = fault.drop_after(plans)
-        fault.log_where(plans, _request_id(request))
+    run = await plan_chat(request, body.to_chat(), arrival, "chatcmpl-")
+    if isinstance(run, Response):
+        return run
     if body.stream:
-        streams = await _submit(served, plans, arrival, ids)
-        stream = MessagesStream(request_id, model, plans[0], prompt_tokens, served, state.clock.now)
-        events: EventSource[TokenEvent] = streams[0]
-        if drop_after is not None:
-            events = DroppingEvents(events, drop_after)
-        return SSEResponse(events, stream.encode, stream, headers=SSE_HEADERS, gate=state.release_gate)
-    try:
-        done = await _until_disconnect(_complete(served, plans, arrival, ids, state.clock.now, 1, drop_after), request)
-    except DropConnection:
-        return DroppedResponse()
-    if done is None:  # the client left; nobody reads this
-        return Response(status_code=499)
-    texts, _aborted, _cached = done
-    return JSONResponse(message_body(request_id, model, plans[0], texts[0], prompt_tokens))
+        return await run_streamed(
+            run,
+            lambda _cached: MessagesStream(run.request_id, run.model, run.plan, run.prompt_tokens, run.served, run.now),
+        )
+    done = await run_whole(run)
+    if isinstance(done, Response):
+        return done
+    tokens, _cached = done
+    return JSONResponse(message_body(run.request_id, run.model, run.plan, tokens, run.prompt_tokens))
 
 
 def message_body(
