@@ -34,8 +34,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield s
 
 
-def test_a_message_counts_what_the_chat_route_counts(server: ServerProcess) -> None:
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="x")
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0) as c:
+        yield c
+
+
+def test_a_message_counts_what_the_chat_route_counts(server: ServerProcess, client: anthropic.Anthropic) -> None:
     message = client.messages.create(
         model="m",
         max_tokens=64,
@@ -47,11 +52,12 @@ def test_a_message_counts_what_the_chat_route_counts(server: ServerProcess) -> N
     assert [b.type for b in message.content] == ["text"]
     text = message.content[0].text  # type: ignore[union-attr]
     assert message.stop_reason == "end_turn"
-    chat = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x").chat.completions.create(
-        model="m",
-        max_tokens=64,
-        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How are you?"}],
-    )
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x") as openai_client:
+        chat = openai_client.chat.completions.create(
+            model="m",
+            max_tokens=64,
+            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How are you?"}],
+        )
     assert text == chat.choices[0].message.content
     assert chat.usage is not None
     assert (message.usage.input_tokens, message.usage.output_tokens) == (
@@ -60,8 +66,7 @@ def test_a_message_counts_what_the_chat_route_counts(server: ServerProcess) -> N
     )
 
 
-def test_a_streamed_message_is_the_same_message(server: ServerProcess) -> None:
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="x")
+def test_a_streamed_message_is_the_same_message(client: anthropic.Anthropic) -> None:
     request = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "What's the weather?"}]}
     whole = client.messages.create(**request)  # type: ignore[call-overload]
     with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
@@ -75,8 +80,7 @@ def test_a_streamed_message_is_the_same_message(server: ServerProcess) -> None:
     assert final.stop_reason == "end_turn"
 
 
-def test_stop_sequences_and_max_tokens(server: ServerProcess) -> None:
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="x")
+def test_stop_sequences_and_max_tokens(client: anthropic.Anthropic) -> None:
     messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "What's the weather?"}]
     stopped = client.messages.create(model="m", max_tokens=64, messages=messages, stop_sequences=["STOP"])
     assert stopped.content[0].text == "Sunny, with a light breeze. "  # type: ignore[union-attr]
@@ -86,8 +90,7 @@ def test_stop_sequences_and_max_tokens(server: ServerProcess) -> None:
     assert (cut.stop_reason, cut.usage.output_tokens) == ("max_tokens", 3)
 
 
-def test_errors_reach_the_sdk_as_its_exceptions(server: ServerProcess) -> None:
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0)
+def test_errors_reach_the_sdk_as_its_exceptions(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as missing:
         client.messages.create(model="nope", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert missing.value.body == {

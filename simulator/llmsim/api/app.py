@@ -18,7 +18,7 @@ from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from llmsim import __version__
-from llmsim.api import admin_routes, messages_routes, router_routes, routes
+from llmsim.api import admin_routes, messages_routes, responses_routes, router_routes, routes
 from llmsim.api.access import Access
 from llmsim.api.errors import APIError, api_error_handler, request_too_large
 from llmsim.api.identity import Identity, with_headers
@@ -53,6 +53,8 @@ from llmsim.api.response_models import (
     ModelList,
     RenderedPrompt,
     RenderedPrompts,
+    ResponsesResponse,
+    ResponsesStreamEvent,
     ServerInfo,
     SleepResponse,
     TokenizeResponse,
@@ -344,6 +346,7 @@ def create_app(
         # Not for speed: the fast path counts the requests in flight that a shutdown drains.
         "/inference/v1/generate": router_routes.generate,
         "/v1/messages": messages_routes.messages,
+        "/v1/responses": responses_routes.responses,
     }
     app = LlmsimApp(
         now=state.clock.now,
@@ -391,6 +394,15 @@ def create_app(
         errors=(400, 404, 503),
         stream=MessagesStreamEvent,
         summary="Messages (Anthropic), served by the chat path (vLLM)",
+    )
+    app.add_json_route(
+        "/v1/responses",
+        responses_routes.responses,
+        [responses_routes.ResponsesRequest],
+        ResponsesResponse,
+        errors=(400, 404, 503),
+        stream=ResponsesStreamEvent,
+        summary="Responses (OpenAI), text only, served by the chat path (vLLM)",
     )
     app.add_json_route(
         "/v1/embeddings",

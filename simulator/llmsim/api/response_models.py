@@ -383,3 +383,33 @@ class MessagesStreamEvent(_Body):
     index: int | None = None
     error: dict[str, Any] | None = None
     usage: MessagesUsage | None = None
+
+
+class ResponsesUsage(_Body):
+    input_tokens: int
+    input_tokens_details: dict[str, Any]
+    output_tokens: int
+    output_tokens_details: dict[str, Any]
+    total_tokens: int
+
+
+class ResponsesResponse(_Body):
+    """OpenAI's response, as vLLM's ``POST /v1/responses`` answers it (the fields clients read)."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    model: str
+    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
+    output: list[dict[str, Any]]
+    usage: ResponsesUsage | None = None
+    previous_response_id: str | None = None
+
+
+class ResponsesStreamEvent(_Body):
+    """One event of a streamed response (its ``event:`` line names its ``type``)."""
+
+    type: str
+    sequence_number: int
+    response: ResponsesResponse | None = None
+    delta: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmsim.api.lifecycle import Lifecycle
+from llmsim.api.response_store import ResponseStore
 from llmsim.api.served import ServedModel
 from llmsim.engine.clock import Clock
 from llmsim.engine.release_gate import ReleaseGate
@@ -36,3 +37,5 @@ class ApiState:
     lora_adapters: dict[str, str] = field(default_factory=dict)
     # Alias -> the served model's name (vLLM's --served-model-name after the first).
     aliases: dict[str, str] = field(default_factory=dict)
+    # The Responses API's stored conversations (previous_response_id).
+    stored_responses: ResponseStore = field(default_factory=ResponseStore)
