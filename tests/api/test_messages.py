@@ -19,9 +19,13 @@ version: 1
 models:
   - {name: m, engine: instant, context_length: 1024}
 """
-RESPONSES = """
+RESPONSES = r"""
 version: 1
-responses: []
+responses:
+  - id: weather
+    match: {regex: 'weather in (?P<city>\w+)'}
+    tool_calls:
+      - {name: get_weather, arguments: {city: "{city}", unit: celsius}}
 default:
   content: "Fine, thank you. And you?"
 """
@@ -169,3 +173,70 @@ async def test_handler_errors_are_anthropic_shaped(http: httpx.AsyncClient) -> N
 async def test_the_route_is_documented(http: httpx.AsyncClient) -> None:
     paths = (await http.get("/openapi.json")).json()["paths"]
     assert "post" in paths["/v1/messages"]
+
+
+TOOLS = [{"name": "get_weather", "description": "The weather", "input_schema": {"type": "object"}}]
+WEATHER: dict[str, Any] = {
+    "model": "m",
+    "max_tokens": 200,
+    "tools": TOOLS,
+    "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+}
+
+
+async def test_a_tool_call_is_a_tool_use_block(http: httpx.AsyncClient) -> None:
+    body = (await http.post("/v1/messages", json=WEATHER)).json()
+    (block,) = body["content"]
+    assert block["type"] == "tool_use"
+    assert (block["name"], block["input"]) == ("get_weather", {"city": "Paris", "unit": "celsius"})
+    assert block["id"].startswith("chatcmpl-tool-")
+    assert body["stop_reason"] == "tool_use"
+    chat_tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    chat = (
+        await http.post(
+            "/v1/chat/completions",
+            json={"model": "m", "max_tokens": 200, "tools": chat_tools, "messages": WEATHER["messages"]},
+        )
+    ).json()
+    assert body["usage"]["output_tokens"] == chat["usage"]["completion_tokens"]
+    assert body["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
+    # tool_choice none: the chat path answers with text.
+    none = (await http.post("/v1/messages", json=WEATHER | {"tool_choice": {"type": "none"}})).json()
+    assert [b["type"] for b in none["content"]] == ["text"]
+
+
+async def test_a_streamed_tool_call_is_a_tool_use_block_of_json_deltas(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/messages", json=WEATHER | {"stream": True})
+    events = sse_events(r.text)
+    names = [n for n, _ in events]
+    assert names[:2] == ["message_start", "content_block_start"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    start = events[1][1]["content_block"]
+    assert (start["type"], start["name"], start["input"]) == ("tool_use", "get_weather", {})
+    pieces = [d["delta"]["partial_json"] for n, d in events if n == "content_block_delta"]
+    assert json.loads("".join(pieces)) == {"city": "Paris", "unit": "celsius"}
+    assert events[-2][1]["delta"] == {"stop_reason": "tool_use"}
+
+
+async def test_tool_use_and_results_in_the_conversation() -> None:
+    request = MessagesRequest.model_validate(
+        {
+            "model": "m",
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}]},
+            ],
+        }
+    )
+    call = {"id": "t1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    assert request.chat_messages() == [
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
+    ]

@@ -23,6 +23,10 @@ responses:
   - id: weather
     match: {contains: "weather"}
     content: "Sunny, with a light breeze. STOP here."
+  - id: time
+    match: {contains: "time"}
+    tool_calls:
+      - {name: get_time, arguments: {zone: UTC}}
 default:
   content: "Fine, thank you. And you?"
 """
@@ -99,3 +103,20 @@ def test_errors_reach_the_sdk_as_its_exceptions(client: anthropic.Anthropic) -> 
     }
     with pytest.raises(anthropic.BadRequestError):
         client.messages.create(model="m", max_tokens=0, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_tool_use_streamed_and_not(client: anthropic.Anthropic) -> None:
+    tools: list[anthropic.types.ToolParam] = [{"name": "get_time", "input_schema": {"type": "object"}}]
+    messages: list[anthropic.types.MessageParam] = [{"role": "user", "content": "What time is it?"}]
+    whole = client.messages.create(model="m", max_tokens=100, tools=tools, messages=messages)
+    assert whole.stop_reason == "tool_use"
+    (block,) = whole.content
+    assert block.type == "tool_use"
+    assert (block.name, block.input) == ("get_time", {"zone": "UTC"})
+    with client.messages.stream(model="m", max_tokens=100, tools=tools, messages=messages) as stream:
+        final = stream.get_final_message()
+    (streamed,) = final.content
+    assert streamed.type == "tool_use"
+    assert (streamed.name, streamed.input) == ("get_time", {"zone": "UTC"})
+    assert final.stop_reason == "tool_use"
+    assert final.usage.output_tokens == whole.usage.output_tokens

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmsim.api.chat_served import plan_chat, run_streamed, run_whole
-from llmsim.api.completion_bodies import completion_body, dumps_compact
+from llmsim.api.chat_served import ChatRun, plan_chat, run_streamed, run_whole
+from llmsim.api.completion_bodies import completion_body, dumps_compact, finish_reason
 from llmsim.api.errors import APIError, from_validation_error
 from llmsim.api.protocol import ChatCompletionRequest, RequestInvalid
-from llmsim.api.routes import _arrival, _state, bad_request, parse_body
-from llmsim.api.served import ServedModel
+from llmsim.api.routes import _arrival, _state, _tool_call_id, bad_request, parse_body
 from llmsim.engine.errors import EngineStopped, RequestAborted
 from llmsim.types import GenerationPlan, TokenEvent
 
@@ -53,6 +51,27 @@ class MessagesMessage(_Lenient):
     content: str | list[MessagesContentBlock]
 
 
+class MessagesTool(_Lenient):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class MessagesToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> MessagesToolChoice:
+        if self.type == "tool" and not self.name:
+            raise ValueError("tool_choice.name is required when type is 'tool'")
+        return self
+
+
+#: Anthropic's tool_choice as the chat request's (vLLM's conversion).
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
 class MessagesRequest(_Lenient):
     """vLLM's AnthropicMessagesRequest (the fields llmsim reads; others are accepted and ignored)."""
 
@@ -66,6 +85,8 @@ class MessagesRequest(_Lenient):
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
+    tools: list[MessagesTool] | None = None
+    tool_choice: MessagesToolChoice | None = None
 
     @field_validator("model")
     @classmethod
@@ -99,14 +120,20 @@ class MessagesRequest(_Lenient):
                 out.append({"role": m.role, "content": m.content})
                 continue
             texts: list[str] = []
+            calls: list[dict[str, Any]] = []
             for block in m.content:
                 if block.type == "text" and block.text:
                     texts.append(block.text)
+                elif block.type == "tool_use":
+                    function = {"name": block.name or "", "arguments": json.dumps(block.input or {})}
+                    calls.append({"id": block.id or "", "type": "function", "function": function})
                 elif block.type == "tool_result" and m.role == "user":
                     out.append(
                         {"role": "tool", "tool_call_id": block.tool_use_id or "", "content": _result_text(block)}
                     )
-            if texts or m.role == "assistant":
+            if calls:
+                out.append({"role": m.role, "content": "".join(texts), "tool_calls": calls})
+            elif texts or m.role == "assistant":
                 out.append({"role": m.role, "content": "".join(texts)})
         return out
 
@@ -122,6 +149,19 @@ class MessagesRequest(_Lenient):
             "top_k": self.top_k,
             "stream": bool(self.stream),
         }
+        choice = self.tool_choice
+        if choice is not None:
+            named = {"type": "function", "function": {"name": choice.name}}
+            data["tool_choice"] = named if choice.type == "tool" else _TOOL_CHOICES[choice.type]
+        if self.tools is not None:
+            data["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+                }
+                for t in self.tools
+            ]
+            data.setdefault("tool_choice", "auto")
         try:
             return ChatCompletionRequest.model_validate(data)
         except ValidationError as exc:
@@ -145,10 +185,10 @@ def _error_response(exc: APIError) -> Response:
     return JSONResponse(error_body(exc), status_code=exc.status, headers=exc.headers)
 
 
-def _stop_reason(plan: GenerationPlan, said: int) -> str | None:
+def _stop_reason(plan: GenerationPlan, said: int, *, named_tool: bool) -> str | None:
     if said < plan.num_output_tokens:
         return None  # aborted: vLLM's "abort" has no Messages stop reason
-    return STOP_REASONS.get(plan.finish_reason.value)
+    return STOP_REASONS.get(finish_reason(plan, named_tool=named_tool))
 
 
 async def messages(request: Request) -> Response:
@@ -163,26 +203,35 @@ async def messages(request: Request) -> Response:
 
 
 async def _serve(request: Request, body: MessagesRequest, arrival: float) -> Response:
-    run = await plan_chat(request, body.to_chat(), arrival, "chatcmpl-")
+    chat = body.to_chat()
+    run = await plan_chat(request, chat, arrival, "chatcmpl-")
     if isinstance(run, Response):
         return run
+    named_tool = chat.named_tool is not None
+    call_ids = [_tool_call_id() for _ in run.plan.tool_calls]
     if body.stream:
-        return await run_streamed(
-            run,
-            lambda _cached: MessagesStream(run.request_id, run.model, run.plan, run.prompt_tokens, run.served, run.now),
-        )
+        return await run_streamed(run, lambda _cached: MessagesStream(run, call_ids, named_tool=named_tool))
     done = await run_whole(run)
     if isinstance(done, Response):
         return done
     tokens, _cached = done
-    return JSONResponse(message_body(run.request_id, run.model, run.plan, tokens, run.prompt_tokens))
+    return JSONResponse(message_body(run, tokens, call_ids, named_tool=named_tool))
 
 
-def message_body(
-    request_id: str, model: str, plan: GenerationPlan, tokens: list[str], prompt_tokens: int
-) -> dict[str, Any]:
+def message_body(run: ChatRun, tokens: list[str], call_ids: list[str], *, named_tool: bool) -> dict[str, Any]:
     """The whole message: the chat completion's body, converted as vLLM converts it."""
-    chat = completion_body(request_id, int(time.time()), model, [plan], [tokens], prompt_tokens, chat=True)
+    plan = run.plan
+    chat = completion_body(
+        run.request_id,
+        int(time.time()),
+        run.model,
+        [plan],
+        [tokens],
+        run.prompt_tokens,
+        chat=True,
+        named_tool=named_tool,
+        tool_call_ids=[call_ids],
+    )
     message = chat["choices"][0]["message"]
     content: list[dict[str, Any]] = []
     if message.get("content"):
@@ -192,16 +241,15 @@ def message_body(
         content.append(
             {"type": "tool_use", "id": call["id"], "name": function["name"], "input": json.loads(function["arguments"])}
         )
-    finish = chat["choices"][0]["finish_reason"]
     return {
-        "id": request_id,
+        "id": run.request_id,
         "type": "message",
         "role": "assistant",
         "content": content,
-        "model": model,
-        "stop_reason": STOP_REASONS.get(finish) if len(tokens) == plan.num_output_tokens else None,
+        "model": run.model,
+        "stop_reason": _stop_reason(plan, len(tokens), named_tool=named_tool),
         "stop_sequence": None,
-        "usage": {"input_tokens": prompt_tokens, "output_tokens": len(tokens)},
+        "usage": {"input_tokens": run.prompt_tokens, "output_tokens": len(tokens)},
     }
 
 
@@ -212,28 +260,21 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
 class MessagesStream:
     """The SSE events of a streamed message, as vLLM converts its chat stream.
 
-    ``message_start`` with the first token, a text block opened by the first non-empty token, one
-    ``content_block_delta`` per token, then ``content_block_stop``, ``message_delta`` (stop
-    reason, usage) and ``message_stop``.
+    ``message_start`` with the first token; a text block opened by the first non-empty text
+    token, a ``tool_use`` block by each tool call's first delta (its name), each block closed by
+    ``content_block_stop`` when the next opens; one ``content_block_delta`` per token that says
+    something (``text_delta``, or ``input_json_delta`` with a piece of the call's arguments);
+    then ``message_delta`` (stop reason, usage) and ``message_stop``.
     """
 
-    def __init__(
-        self,
-        request_id: str,
-        model: str,
-        plan: GenerationPlan,
-        prompt_tokens: int,
-        served: ServedModel,
-        now: Callable[[], float],
-    ) -> None:
-        self._request_id = request_id
-        self._model = model
-        self._plan = plan
-        self._prompt_tokens = prompt_tokens
-        self._served = served
-        self._now = now
+    def __init__(self, run: ChatRun, call_ids: list[str], *, named_tool: bool) -> None:
+        self._run = run
+        self._plan = run.plan
+        self._call_ids = call_ids
+        self._named_tool = named_tool
         self._started = False
-        self._block_open = False
+        self._block: str | None = None
+        self._index = -1
         self._sent = 0
         self._lags: list[float] = []
 
@@ -241,37 +282,61 @@ class MessagesStream:
         if self._started:
             return b""
         self._started = True
+        run = self._run
         message: dict[str, Any] = {
-            "id": self._request_id,
+            "id": run.request_id,
             "type": "message",
             "role": "assistant",
             "content": [],
-            "model": self._model,
+            "model": run.model,
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": self._prompt_tokens, "output_tokens": 0},
+            "usage": {"input_tokens": run.prompt_tokens, "output_tokens": 0},
         }
         return _event("message_start", {"type": "message_start", "message": message})
 
+    def _close(self) -> bytes:
+        if self._block is None:
+            return b""
+        self._block = None
+        return _event("content_block_stop", {"type": "content_block_stop", "index": self._index})
+
+    def _open(self, kind: str, block: dict[str, Any]) -> bytes:
+        out = self._close()
+        self._block = kind
+        self._index += 1
+        return out + _event(
+            "content_block_start", {"type": "content_block_start", "index": self._index, "content_block": block}
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return _event("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
+
     def encode(self, event: TokenEvent) -> bytes:
-        self._lags.append(self._now() - event.sim_time)
+        self._lags.append(self._run.now() - event.sim_time)
         self._sent += 1
         out = self._start()
+        plan = self._plan
+        if plan.tool_calls:
+            tool = plan.tool_deltas[event.index]
+            if tool is None:
+                return out  # a token of the call's wrapper: the tool-call parser says nothing for it
+            if tool.name is not None:
+                block = {"type": "tool_use", "id": self._call_ids[tool.index], "name": tool.name, "input": {}}
+                out += self._open("tool_use", block)
+            if tool.arguments:
+                out += self._delta({"type": "input_json_delta", "partial_json": tool.arguments})
+            return out
         if not event.text:
             return out
-        if not self._block_open:
-            self._block_open = True
-            start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-            out += _event("content_block_start", start)
-        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": event.text}}
-        return out + _event("content_block_delta", delta)
+        if self._block != "text":
+            out += self._open("text", {"type": "text", "text": ""})
+        return out + self._delta({"type": "text_delta", "text": event.text})
 
     def tail(self) -> bytes:
-        out = self._start()
-        if self._block_open:
-            out += _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        stop_reason = _stop_reason(self._plan, self._sent)
-        usage = {"input_tokens": self._prompt_tokens, "output_tokens": self._sent}
+        out = self._start() + self._close()
+        stop_reason = _stop_reason(self._plan, self._sent, named_tool=self._named_tool)
+        usage = {"input_tokens": self._run.prompt_tokens, "output_tokens": self._sent}
         out += _event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": usage})
         return out + _event("message_stop", {"type": "message_stop"})
 
@@ -284,4 +349,4 @@ class MessagesStream:
 
     def close(self) -> None:
         lags, self._lags = self._lags, []
-        self._served.observe_lags(lags)
+        self._run.served.observe_lags(lags)
