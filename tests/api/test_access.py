@@ -59,6 +59,16 @@ def test_vllm_guarded_prefixes_and_open_paths() -> None:
     assert access.refusal(http_scope("/v1/models", headers=[(b"authorization", b"Bearer  k")])) is not None
 
 
+def test_anthropic_clients_send_their_key_as_x_api_key() -> None:
+    # As vLLM: an Anthropic client (or a proxy in front of /v1/messages) sends x-api-key, not a bearer token.
+    access = Access(api_keys=["k"])
+    assert access.refusal(http_scope("/v1/messages", headers=[(b"x-api-key", b"k")])) is None
+    assert access.refusal(http_scope("/v1/messages", headers=[(b"x-api-key", b"j")])) is not None
+    assert access.refusal(http_scope("/v1/messages", headers=[(b"x-api-key", b"")])) is not None
+    wrong_bearer = [(b"authorization", b"Bearer j"), (b"x-api-key", b"k")]
+    assert access.refusal(http_scope("/v1/messages", headers=wrong_bearer)) is None
+
+
 @pytest.mark.parametrize(
     ("api", "admin", "key", "allowed"),
     [

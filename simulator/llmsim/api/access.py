@@ -46,7 +46,7 @@ def _digest(key: str) -> bytes:
 
 
 class Access:
-    """Checks one request's ``Authorization`` header against the path's keys.
+    """Checks one request's ``Authorization`` (or ``x-api-key``) header against the path's keys.
 
     Parameters
     ----------
@@ -87,12 +87,18 @@ class Access:
 
 
 def _matches(scope: Scope, keys: tuple[bytes, ...]) -> bool:
-    value = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-    if value is None:
-        return False
-    scheme, _, token = value.decode("latin-1").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
+    """``Authorization: Bearer <key>``, or Anthropic's ``x-api-key: <key>`` (vLLM accepts either)."""
+    headers = scope["headers"]
+    value = next((v for k, v in headers if k == b"authorization"), None)
+    if value is not None:
+        scheme, _, token = value.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer" and _known(token, keys):
+            return True
+    api_key: bytes | None = next((v for k, v in headers if k == b"x-api-key"), None)
+    return api_key is not None and api_key != b"" and _known(api_key.decode("latin-1"), keys)
+
+
+def _known(token: str, keys: tuple[bytes, ...]) -> bool:
     presented = _digest(token)
     # Every key is compared (no early exit), as vLLM does.
     found = False
