@@ -13,11 +13,12 @@ import pytest
 from llmsim.api.messages_routes import MessagesRequest
 from llmsim.api.response_models import ErrorResponse, MessagesResponse, MessagesStreamEvent
 from llmsim.runtime import Runtime, build_runtime
+from tests.metrics.scrape import parse
 
 CONFIG = """
 version: 1
 models:
-  - {name: m, engine: instant, context_length: 1024}
+  - {name: m, engine: instant, context_length: 1024, faults: {header_override: true}}
 """
 RESPONSES = r"""
 version: 1
@@ -240,3 +241,29 @@ async def test_tool_use_and_results_in_the_conversation() -> None:
         {"role": "assistant", "content": "Let me look.", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
     ]
+
+
+async def test_messages_and_responses_count_in_the_engine_metrics(http: httpx.AsyncClient) -> None:
+    said = (await http.post("/v1/messages", json=MESSAGES)).json()["usage"]
+    streamed = await http.post("/v1/messages", json=MESSAGES | {"stream": True})
+    assert streamed.status_code == 200
+    answered = (await http.post("/v1/responses", json={"model": "m", "input": "How are you today?"})).json()["usage"]
+    page = parse((await http.get("/metrics")).text)
+    labels = {"model_name": "m", "engine": "0"}
+    assert page.get("vllm:prompt_tokens_total", **labels) == 2 * said["input_tokens"] + answered["input_tokens"]
+    assert page.get("vllm:generation_tokens_total", **labels) == 2 * said["output_tokens"] + answered["output_tokens"]
+
+
+async def test_faults_are_drawn_as_for_chat_and_answered_anthropic_shaped(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/messages", json=MESSAGES, headers={"x-llmsim-fault": "rate_limit"})
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "1"
+    body = r.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "RateLimitError"
+    assert body["error"]["message"].startswith("Rate limit reached for m")
+    cut = await http.post(
+        "/v1/responses", json={"model": "m", "input": "hi"}, headers={"x-llmsim-fault": "server_error"}
+    )
+    assert cut.status_code == 500
+    assert cut.json()["error"]["message"] == "The server had an error while processing your request."
