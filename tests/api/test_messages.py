@@ -267,3 +267,15 @@ async def test_faults_are_drawn_as_for_chat_and_answered_anthropic_shaped(http: 
     )
     assert cut.status_code == 500
     assert cut.json()["error"]["message"] == "The server had an error while processing your request."
+
+
+async def test_count_tokens_is_the_messages_input_tokens(http: httpx.AsyncClient) -> None:
+    for request in (MESSAGES, WEATHER):
+        said = (await http.post("/v1/messages", json=request)).json()["usage"]["input_tokens"]
+        counted = {k: v for k, v in request.items() if k != "max_tokens"}
+        r = await http.post("/v1/messages/count_tokens", json=counted)
+        assert r.status_code == 200
+        assert r.json() == {"input_tokens": said}
+    missing = await http.post("/v1/messages/count_tokens", json={"model": "nope", "messages": MESSAGES["messages"]})
+    assert missing.status_code == 404
+    assert missing.json()["type"] == "error"

@@ -68,6 +68,10 @@ def test_a_message_counts_what_the_chat_route_counts(server: ServerProcess, clie
         chat.usage.prompt_tokens,
         chat.usage.completion_tokens,
     )
+    counted = client.messages.count_tokens(
+        model="m", system="Be brief.", messages=[{"role": "user", "content": "How are you?"}]
+    )
+    assert counted.input_tokens == message.usage.input_tokens
 
 
 def test_a_streamed_message_is_the_same_message(client: anthropic.Anthropic) -> None:

@@ -47,6 +47,7 @@ from llmsim.api.response_models import (
     IsSleepingResponse,
     LoadResponse,
     LoadsResponse,
+    MessagesCountTokensResponse,
     MessagesResponse,
     MessagesStreamEvent,
     ModelInfo,
@@ -394,6 +395,13 @@ def create_app(
         errors=(400, 404, 503),
         stream=MessagesStreamEvent,
         summary="Messages (Anthropic), served by the chat path (vLLM)",
+    )
+    app.add_json_route(
+        "/v1/messages/count_tokens",
+        messages_routes.count_tokens,
+        [messages_routes.MessagesCountTokensRequest],
+        MessagesCountTokensResponse,
+        summary="Tokens a Messages conversation takes (Anthropic, vLLM)",
     )
     app.add_json_route(
         "/v1/responses",

@@ -22,7 +22,7 @@ from llmsim.api.chat_served import ChatRun, plan_chat, run_streamed, run_whole
 from llmsim.api.completion_bodies import completion_body, dumps_compact, finish_reason
 from llmsim.api.errors import APIError, from_validation_error
 from llmsim.api.protocol import ChatCompletionRequest, RequestInvalid
-from llmsim.api.routes import _arrival, _state, _tool_call_id, bad_request, parse_body
+from llmsim.api.routes import _arrival, _off_loop, _served, _state, _tool_call_id, bad_request, parse_body
 from llmsim.engine.errors import EngineStopped, RequestAborted
 from llmsim.types import GenerationPlan, TokenEvent
 
@@ -72,19 +72,12 @@ class MessagesToolChoice(_Lenient):
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
-class MessagesRequest(_Lenient):
-    """vLLM's AnthropicMessagesRequest (the fields llmsim reads; others are accepted and ignored)."""
+class MessagesCountTokensRequest(_Lenient):
+    """vLLM's AnthropicCountTokensRequest: a conversation, its system prompt and tools."""
 
     model: str
     messages: list[MessagesMessage]
-    # Required, as Anthropic and vLLM require it.
-    max_tokens: int
-    stop_sequences: list[str] | None = None
-    stream: bool | None = False
     system: str | list[MessagesContentBlock] | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
     tools: list[MessagesTool] | None = None
     tool_choice: MessagesToolChoice | None = None
 
@@ -95,12 +88,31 @@ class MessagesRequest(_Lenient):
             raise ValueError("Model is required")
         return v
 
-    @field_validator("max_tokens")
-    @classmethod
-    def _max_tokens_positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError("max_tokens must be positive")
-        return v
+    def _sampling(self) -> dict[str, Any]:
+        return {}
+
+    def to_chat(self) -> ChatCompletionRequest:
+        """The chat request vLLM serves this as (its ``_convert_anthropic_to_openai_request``)."""
+        data: dict[str, Any] = {"model": self.model, "messages": self.chat_messages(), **self._sampling()}
+        choice = self.tool_choice
+        if choice is not None:
+            named = {"type": "function", "function": {"name": choice.name}}
+            data["tool_choice"] = named if choice.type == "tool" else _TOOL_CHOICES[choice.type]
+        if self.tools is not None:
+            data["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+                }
+                for t in self.tools
+            ]
+            data.setdefault("tool_choice", "auto")
+        try:
+            return ChatCompletionRequest.model_validate(data)
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+        except RequestInvalid as exc:
+            raise bad_request(exc) from None
 
     def chat_messages(self) -> list[dict[str, Any]]:
         """The chat messages vLLM converts these to: one system message first (the system texts joined), then the rest."""
@@ -137,11 +149,20 @@ class MessagesRequest(_Lenient):
                 out.append({"role": m.role, "content": "".join(texts)})
         return out
 
-    def to_chat(self) -> ChatCompletionRequest:
-        """The chat request vLLM serves this as (its ``_convert_anthropic_to_openai_request``)."""
-        data: dict[str, Any] = {
-            "model": self.model,
-            "messages": self.chat_messages(),
+
+class MessagesRequest(MessagesCountTokensRequest):
+    """vLLM's AnthropicMessagesRequest (the fields llmsim reads; others are accepted and ignored)."""
+
+    # Required, as Anthropic and vLLM require it.
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    stream: bool | None = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def _sampling(self) -> dict[str, Any]:
+        return {
             "max_tokens": self.max_tokens,
             "stop": self.stop_sequences,
             "temperature": self.temperature,
@@ -149,25 +170,13 @@ class MessagesRequest(_Lenient):
             "top_k": self.top_k,
             "stream": bool(self.stream),
         }
-        choice = self.tool_choice
-        if choice is not None:
-            named = {"type": "function", "function": {"name": choice.name}}
-            data["tool_choice"] = named if choice.type == "tool" else _TOOL_CHOICES[choice.type]
-        if self.tools is not None:
-            data["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
-                }
-                for t in self.tools
-            ]
-            data.setdefault("tool_choice", "auto")
-        try:
-            return ChatCompletionRequest.model_validate(data)
-        except ValidationError as exc:
-            raise from_validation_error(exc) from None
-        except RequestInvalid as exc:
-            raise bad_request(exc) from None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens_positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("max_tokens must be positive")
+        return v
 
 
 def _result_text(block: MessagesContentBlock) -> str:
@@ -200,6 +209,23 @@ async def messages(request: Request) -> Response:
         return await _serve(request, body, arrival)
     except APIError as exc:
         return _error_response(exc)
+
+
+async def count_tokens(request: Request) -> Response:
+    """vLLM's ``POST /v1/messages/count_tokens``: the prompt tokens the conversation would take (its usage.input_tokens)."""
+    state = _state(request)
+    body = await parse_body(request, MessagesCountTokensRequest)
+    try:
+        chat = body.to_chat()
+        served = _served(state, chat.model)
+        try:
+            gen_request = chat.to_generation_request()
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        ids = await _off_loop(request, served.generator.prompt_token_ids, gen_request)
+    except APIError as exc:
+        return _error_response(exc)
+    return JSONResponse({"input_tokens": len(ids)})
 
 
 async def _serve(request: Request, body: MessagesRequest, arrival: float) -> Response:

@@ -364,6 +364,10 @@ class MessagesResponse(_Body):
     usage: MessagesUsage
 
 
+class MessagesCountTokensResponse(_Body):
+    input_tokens: int
+
+
 class MessagesStreamEvent(_Body):
     """One event of a streamed message (its ``event:`` line names its ``type``)."""
 
