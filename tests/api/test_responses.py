@@ -19,9 +19,13 @@ version: 1
 models:
   - {name: m, engine: instant, context_length: 1024}
 """
-RESPONSES = """
+RESPONSES = r"""
 version: 1
-responses: []
+responses:
+  - id: weather
+    match: {regex: 'weather in (?P<city>\w+)'}
+    tool_calls:
+      - {name: get_weather, arguments: {city: "{city}", unit: celsius}}
 default:
   content: "Fine, thank you. And you?"
 """
@@ -147,3 +151,48 @@ async def test_the_stream_says_the_response_event_by_event(http: httpx.AsyncClie
     assert final["output"][0]["content"][0]["text"] == whole["output"][0]["content"][0]["text"]
     assert final["usage"] == whole["usage"]
     assert events[0][1]["response"]["status"] == "in_progress"
+
+
+TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+WEATHER: dict[str, Any] = {"model": "m", "tools": TOOLS, "input": "What is the weather in Paris?"}
+ARGUMENTS = {"city": "Paris", "unit": "celsius"}
+
+
+async def test_a_tool_call_is_a_function_call_item(http: httpx.AsyncClient) -> None:
+    body = (await http.post("/v1/responses", json=WEATHER)).json()
+    ResponsesResponse.model_validate(body)
+    (item,) = body["output"]
+    assert (item["type"], item["name"], item["status"]) == ("function_call", "get_weather", "completed")
+    assert json.loads(item["arguments"]) == ARGUMENTS
+    assert item["id"].startswith("fc_")
+    assert body["tools"] == TOOLS
+    # The call's output continues the conversation.
+    result = {"type": "function_call_output", "call_id": item["call_id"], "output": "sunny"}
+    follow = {"model": "m", "input": [result], "previous_response_id": body["id"]}
+    second = await http.post("/v1/responses", json=follow)
+    assert second.status_code == 200
+    assert second.json()["usage"]["input_tokens"] > body["usage"]["input_tokens"]
+    none = (await http.post("/v1/responses", json=WEATHER | {"tool_choice": "none"})).json()
+    assert [o["type"] for o in none["output"]] == ["message"]
+
+
+async def test_a_streamed_tool_call_is_its_argument_deltas(http: httpx.AsyncClient) -> None:
+    r = await http.post("/v1/responses", json=WEATHER | {"stream": True})
+    events = sse_events(r.text)
+    names = [n for n, _ in events]
+    deltas = names.count("response.function_call_arguments.delta")
+    assert names == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        *["response.function_call_arguments.delta"] * deltas,
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    pieces = "".join(d["delta"] for n, d in events if n == "response.function_call_arguments.delta")
+    assert json.loads(pieces) == ARGUMENTS
+    done = events[-2][1]["item"]
+    final = events[-1][1]["response"]
+    assert final["output"] == [done]
+    assert events[2][1]["item"]["id"] == done["id"]

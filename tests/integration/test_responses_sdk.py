@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -11,6 +12,16 @@ from tests.support.server import ServerProcess, running_server
 
 pytestmark = pytest.mark.integration
 
+RESPONSES = """
+version: 1
+responses:
+  - id: time
+    match: {contains: "time"}
+    tool_calls:
+      - {name: get_time, arguments: {zone: UTC}}
+default:
+  content: "I am a simulator."
+"""
 CONFIG = """
 version: 1
 models:
@@ -20,7 +31,7 @@ models:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("responses"), config=CONFIG) as s:
+    with running_server(tmp_path_factory.mktemp("responses"), config=CONFIG, responses=RESPONSES) as s:
         yield s
 
 
@@ -62,3 +73,17 @@ def _create_stream_and_continue(client: openai.OpenAI) -> None:
     assert second.usage.input_tokens > first.usage.input_tokens
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="m", input="hi", previous_response_id="resp_nope")
+
+
+def test_function_calls(server: ServerProcess) -> None:
+    tools: list[Any] = [{"type": "function", "name": "get_time", "parameters": {"type": "object"}, "strict": False}]
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x") as client:
+        whole = client.responses.create(model="m", input="What time is it?", tools=tools)
+        (call,) = whole.output
+        assert call.type == "function_call"
+        assert (call.name, call.arguments) == ("get_time", '{"zone": "UTC"}')
+        with client.responses.stream(model="m", input="What time is it?", tools=tools) as stream:
+            final = stream.get_final_response()
+        (streamed,) = final.output
+        assert streamed.type == "function_call"
+        assert (streamed.name, streamed.arguments) == ("get_time", '{"zone": "UTC"}')

@@ -410,7 +410,7 @@ def create_app(
         ResponsesResponse,
         errors=(400, 404, 503),
         stream=ResponsesStreamEvent,
-        summary="Responses (OpenAI), text only, served by the chat path (vLLM)",
+        summary="Responses (OpenAI), served by the chat path (vLLM)",
     )
     app.add_json_route(
         "/v1/embeddings",

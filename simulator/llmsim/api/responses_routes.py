@@ -1,4 +1,4 @@
-"""OpenAI's Responses API (``POST /v1/responses``) as vLLM serves it, text only.
+"""OpenAI's Responses API (``POST /v1/responses``) as vLLM serves it: text and function calls.
 
 The request is served as the chat request it means (chat_served.py): the same generator, faults,
 engine timeline and metrics as ``/v1/chat/completions``. ``previous_response_id`` continues a
@@ -22,7 +22,7 @@ from llmsim.api.completion_bodies import dumps_compact
 from llmsim.api.errors import APIError, from_validation_error
 from llmsim.api.protocol import ChatCompletionRequest, RequestInvalid
 from llmsim.api.response_store import ResponseStore
-from llmsim.api.routes import _arrival, _state, bad_request, parse_body
+from llmsim.api.routes import _arrival, _state, _tool_call_id, bad_request, parse_body
 from llmsim.engine.errors import EngineStopped, RequestAborted
 from llmsim.types import FinishReason, TokenEvent
 
@@ -45,6 +45,13 @@ class ResponsesRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     metadata: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = True
+
+    def function_tools(self) -> list[dict[str, Any]]:
+        """The ``function`` tools (built-in tools are not simulated: ignored)."""
+        return [t for t in self.tools or () if t.get("type") == "function"]
 
     def input_messages(self) -> list[dict[str, Any]]:
         """``input`` as chat messages: a string is a user message; message items and function call outputs."""
@@ -64,7 +71,9 @@ class ResponsesRequest(BaseModel):
                     }
                 )
             elif kind == "function_call":
-                continue  # the call's output item says what the model needs
+                function = {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}
+                call = {"id": str(item.get("call_id", "")), "type": "function", "function": function}
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
             else:
                 raise APIError(400, f"Unsupported input item type: {kind!r}.", param=f"input.{i}")
         return out
@@ -90,7 +99,7 @@ def _text(content: Any, index: int) -> str:
 
 def _chat(body: ResponsesRequest, model: str, messages: list[dict[str, Any]]) -> ChatCompletionRequest:
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    data = {
+    data: dict[str, Any] = {
         "model": model,
         "messages": system + messages,
         "max_tokens": body.max_output_tokens,
@@ -98,6 +107,25 @@ def _chat(body: ResponsesRequest, model: str, messages: list[dict[str, Any]]) ->
         "top_p": body.top_p,
         "stream": bool(body.stream),
     }
+    tools = body.function_tools()
+    if tools:
+        data["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.get("name"),
+                    "description": t.get("description"),
+                    "parameters": t.get("parameters"),
+                },
+            }
+            for t in tools
+        ]
+        data["parallel_tool_calls"] = body.parallel_tool_calls
+        choice = body.tool_choice
+        if isinstance(choice, dict):
+            data["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+        else:
+            data["tool_choice"] = choice if choice is not None else "auto"
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
@@ -149,6 +177,8 @@ class ResponsesAnswer:
         self.store = store
         self.created_at = int(time.time())
         self.message_id = f"msg_{uuid.uuid4().hex}"
+        # Per tool call of the plan: its output item's id and its call id.
+        self.call_ids = [(f"fc_{uuid.uuid4().hex}", _tool_call_id()) for _ in run.plan.tool_calls]
         context = run.served.context_length
         self.max_output_tokens = (
             body.max_output_tokens if body.max_output_tokens is not None else context - run.prompt_tokens
@@ -166,10 +196,10 @@ class ResponsesAnswer:
             "model": self.run.model,
             "object": "response",
             "output": output,
-            "parallel_tool_calls": True,
+            "parallel_tool_calls": body.parallel_tool_calls is not False,
             "temperature": 1.0 if body.temperature is None else body.temperature,
-            "tool_choice": "auto",
-            "tools": [],
+            "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
+            "tools": body.function_tools(),
             "top_p": 1.0 if body.top_p is None else body.top_p,
             "background": False,
             "max_output_tokens": self.max_output_tokens,
@@ -190,6 +220,22 @@ class ResponsesAnswer:
         content: list[dict[str, Any]] = [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}]
         return {"id": self.message_id, "type": "message", "role": "assistant", "status": status, "content": content}
 
+    def function_call(self, index: int, arguments: str, status: str) -> dict[str, Any]:
+        item_id, call_id = self.call_ids[index]
+        name = self.run.plan.tool_calls[index].name
+        return {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": status,
+        }
+
+    @property
+    def calls_tools(self) -> bool:
+        return bool(self.run.plan.tool_calls)
+
     def finish(self, text: str, said: int, cached: int) -> dict[str, Any]:
         """The completed response (stored, unless ``store: false``)."""
         plan = self.run.plan
@@ -206,9 +252,27 @@ class ResponsesAnswer:
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": self.run.prompt_tokens + said,
         }
-        output = [self.message(text, "completed" if status == "completed" else "incomplete")] if text else []
+        answer: dict[str, Any] = {"role": "assistant", "content": text}
+        if plan.tool_calls and said == plan.num_output_tokens:
+            # Whole tool calls: function_call items (cut ones are text, as on the chat route).
+            calls = plan.tool_calls
+            output = [self.function_call(i, c.arguments, "completed") for i, c in enumerate(calls)]
+            answer = {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": self.call_ids[i][1],
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for i, c in enumerate(calls)
+                ],
+            }
+        else:
+            output = [self.message(text, "completed" if status == "completed" else "incomplete")] if text else []
         if self.body.store is not False:
-            self.store.put(self.run.request_id, [*self.conversation, {"role": "assistant", "content": text}])
+            self.store.put(self.run.request_id, [*self.conversation, answer])
         return self.response(status, output, usage)
 
     def stream(self, cached: Callable[[], int]) -> ResponsesStream:
@@ -233,6 +297,9 @@ class ResponsesStream:
         self._item_open = False
         self._text: list[str] = []
         self._lags: list[float] = []
+        # The tool call whose item is open, and its arguments so far.
+        self._call: int | None = None
+        self._arguments: list[str] = []
 
     def _event(self, kind: str, fields: dict[str, Any]) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **fields}
@@ -255,6 +322,8 @@ class ResponsesStream:
         self._lags.append(self._run.now() - event.sim_time)
         self._text.append(event.text)
         out = self._start()
+        if self._answer.calls_tools:
+            return out + self._tool_delta(event)
         if not event.text:
             return out
         if not self._item_open:
@@ -265,8 +334,37 @@ class ResponsesStream:
             out += self._event("response.content_part.added", self._where() | {"part": part})
         return out + self._event("response.output_text.delta", self._where() | {"delta": event.text, "logprobs": []})
 
+    def _tool_delta(self, event: TokenEvent) -> bytes:
+        tool = self._run.plan.tool_deltas[event.index]
+        if tool is None:
+            return b""  # a token of the call's wrapper: the tool-call parser says nothing for it
+        out = b""
+        if tool.name is not None:
+            out += self._close_call()
+            self._call = tool.index
+            item = self._answer.function_call(tool.index, "", "in_progress")
+            out += self._event("response.output_item.added", {"output_index": tool.index, "item": item})
+        if tool.arguments and self._call is not None:
+            self._arguments.append(tool.arguments)
+            item_id = self._answer.call_ids[self._call][0]
+            fields = {"output_index": self._call, "item_id": item_id, "delta": tool.arguments}
+            out += self._event("response.function_call_arguments.delta", fields)
+        return out
+
+    def _close_call(self) -> bytes:
+        if self._call is None:
+            return b""
+        index, self._call = self._call, None
+        arguments = "".join(self._arguments)
+        self._arguments = []
+        item_id = self._answer.call_ids[index][0]
+        fields = {"output_index": index, "item_id": item_id, "arguments": arguments}
+        out = self._event("response.function_call_arguments.done", fields)
+        item = self._answer.function_call(index, arguments, "completed")
+        return out + self._event("response.output_item.done", {"output_index": index, "item": item})
+
     def tail(self) -> bytes:
-        out = self._start()
+        out = self._start() + self._close_call()
         text = "".join(self._text)
         final = self._answer.finish(text, len(self._text), self._cached())
         if self._item_open:
