@@ -217,7 +217,9 @@ class ResponsesAnswer:
         }
 
     def message(self, text: str, status: str) -> dict[str, Any]:
-        content: list[dict[str, Any]] = [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}]
+        content: list[dict[str, Any]] = (
+            [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}] if text else []
+        )
         return {"id": self.message_id, "type": "message", "role": "assistant", "status": status, "content": content}
 
     def function_call(self, index: int, arguments: str, status: str) -> dict[str, Any]:
@@ -270,7 +272,8 @@ class ResponsesAnswer:
                 ],
             }
         else:
-            output = [self.message(text, "completed" if status == "completed" else "incomplete")] if text else []
+            # As vLLM: one message item, "completed" whatever the response's status; no text, no part.
+            output = [self.message(text, "completed")]
         if self.body.store is not False:
             self.store.put(self.run.request_id, [*self.conversation, answer])
         return self.response(status, output, usage)
