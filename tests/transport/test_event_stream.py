@@ -363,3 +363,25 @@ async def test_resume_passes_a_cancellation_down() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert cleaned == [True]
+
+
+@pytest.mark.looptime
+async def test_responses_announce_themselves_at_once_messages_with_the_first_token(runtime: Runtime) -> None:
+    # As vLLM: response.created and response.in_progress before the engine's first token; a
+    # message's message_start rides with its first token (its chat stream's first chunk).
+    t0 = asyncio.get_running_loop().time()
+    ex = await call(runtime.app, "/v1/responses", {"model": "fixed", "input": "hello", "stream": True})
+    assert ex.start["status"] == 200
+    first, token = ex.writes[:2]
+    assert [line.split(b": ", 1)[1] for line in first.split(b"\n") if line.startswith(b"event: ")] == [
+        b"response.created",
+        b"response.in_progress",
+    ]
+    assert token.startswith(b"event: response.output_item.added\n")
+    assert times(ex, t0)[:2] == pytest.approx([0.0, TTFT], abs=1e-5)
+    t1 = asyncio.get_running_loop().time()
+    body = {"model": "fixed", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}], "stream": True}
+    ex = await call(runtime.app, "/v1/messages", body)
+    assert ex.writes[0].startswith(b"event: message_start\n")
+    assert times(ex, t1)[0] == pytest.approx(TTFT, abs=1e-5)
+    assert ex.complete

@@ -41,6 +41,10 @@ class EventStream(StreamBody, Protocol):
 
     def encode(self, event: TokenEvent) -> bytes: ...
 
+    def head(self) -> bytes:
+        """What is written at once, before the first token (b"": nothing)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ChatRun:
@@ -113,4 +117,5 @@ async def run_streamed(run: ChatRun, make: Callable[[Callable[[], int]], EventSt
     events: EventSource[TokenEvent] = streams[0]
     if run.drop_after is not None:
         events = DroppingEvents(events, run.drop_after)
-    return SSEResponse(events, stream.encode, stream, headers=SSE_HEADERS, gate=_state(run.request).release_gate)
+    state = _state(run.request)
+    return SSEResponse(events, stream.encode, stream, headers=SSE_HEADERS, gate=state.release_gate, head=stream.head())

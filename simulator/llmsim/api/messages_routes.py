@@ -304,6 +304,10 @@ class MessagesStream:
         self._sent = 0
         self._lags: list[float] = []
 
+    def head(self) -> bytes:
+        # As vLLM: message_start comes with the first token (its chat stream's first chunk).
+        return b""
+
     def _start(self) -> bytes:
         if self._started:
             return b""

@@ -285,7 +285,7 @@ class ResponsesAnswer:
 class ResponsesStream:
     """vLLM's events of a streamed text response, each ``event: <type>`` with a ``sequence_number``.
 
-    ``response.created`` and ``response.in_progress``; with the first text,
+    ``response.created`` and ``response.in_progress`` at once; with the first text,
     ``response.output_item.added`` and ``response.content_part.added``; one
     ``response.output_text.delta`` per token; then ``response.output_text.done``,
     ``response.content_part.done``, ``response.output_item.done`` and ``response.completed``.
@@ -308,6 +308,10 @@ class ResponsesStream:
         data = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return b"event: " + kind.encode() + b"\ndata: " + dumps_compact(data) + b"\n\n"
+
+    def head(self) -> bytes:
+        """As vLLM: ``response.created`` and ``response.in_progress`` at once, before any token."""
+        return self._start()
 
     def _start(self) -> bytes:
         if self._started:

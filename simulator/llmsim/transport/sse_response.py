@@ -116,6 +116,8 @@ class SSEResponse(Response, Generic[T]):
     gate:
         The engines' pending token releases (:class:`~llmsim.engine.release_gate.ReleaseGate`):
         the work after the last write waits while one is at hand.
+    head:
+        Bytes written at once, before the first event (a stream that announces itself first).
     """
 
     media_type = "text/event-stream"
@@ -129,8 +131,10 @@ class SSEResponse(Response, Generic[T]):
         prepare: Callable[[T], bytes] | None = None,
         commit: Callable[[T], None] | None = None,
         gate: ReleaseGate | None = None,
+        head: bytes = b"",
     ) -> None:
         self.status_code = 200
+        self._head = head
         self.background = None
         self.init_headers(headers)
         self._events = events
@@ -161,6 +165,8 @@ class SSEResponse(Response, Generic[T]):
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        if self._head:
+            await send({"type": "http.response.body", "body": self._head, "more_body": True})
         self._send = send
         self._writer = scope.get(CHUNK_WRITER_KEY)
         watcher = asyncio.create_task(self._watch(receive, task))
