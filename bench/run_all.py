@@ -88,6 +88,7 @@ BENCHES: dict[str, Bench] = {
         quick=("--count", "3", "--timeout", "120"),
         unavailable=_no_cluster,
     ),
+    "soak": Bench(("bench/bench_soak.py",), quick=("--minutes", "1")),
     "experiments": Bench(
         ("-m", "llmsim.cli", "bench", "experiments"),
         quick=("--only", "E1"),
