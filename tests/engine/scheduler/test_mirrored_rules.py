@@ -313,3 +313,30 @@ def test_the_fleet_records_an_outcome_as_sequence_to_stats_reports_it(
             stats.num_cached_tokens,
             stats.token_times,
         )
+
+
+def test_admits_any_counts_prefix_hits_as_schedule_waiting_does() -> None:
+    """The admission pair on a state random runs rarely reach: a waiting request fits only because
+    its prompt's first blocks are held by a running request that shares them (hits on blocks in
+    use take no free block; without the hits the whole request would not fit)."""
+    params = tiny_params(14, block_size=1, context_length=14, max_num_sequences=4, enable_prefix_caching=True)
+    arrivals = [
+        # Holds 8 prompt blocks, its first 4 ids shared with group 0, while the next one waits.
+        Arrival(step=0, prompt=8, output=2, prefix_group=0, known="ids", lora=None, abort_step=None),
+        # Its first 4 prompt ids the running request's: with those hits it fits in the 6 blocks
+        # left, without them it would not.
+        Arrival(step=1, prompt=8, output=1, prefix_group=0, known="ids", lora=None, abort_step=None),
+    ]
+    fits_only_with_hits = 0
+    for sched in states(params, arrivals, 4):
+        if not sched.waiting:
+            continue
+        head = sched.waiting[0]
+        hits = sched.kv.find_cached_prefix(head)
+        kv = sched.kv
+        fits_only_with_hits += kv.num_blocks_to_admit(head, hits) <= kv.num_free < kv.num_blocks_to_admit(head, [])
+        state, asked = copy.deepcopy(sched), copy.deepcopy(sched)
+        out: SchedulerOutput[Sequence] = SchedulerOutput(0)
+        state._schedule_waiting(out, params.max_batch_tokens, 0.0)
+        assert _admits_any(asked, params.max_batch_tokens) == bool(out.scheduled)
+    assert fits_only_with_hits, "the example no longer reaches the state it is for"
