@@ -14,21 +14,15 @@ from typing import Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llmsim.api.errors import APIError
 from llmsim.api.protocol import ChatCompletionRequest
 from llmsim.api.routes import (
     SSE_HEADERS,
-    _check,
     _complete,
-    _fault,
-    _plan,
     _request_id,
-    _served,
     _state,
     _submit,
     _until_disconnect,
-    _until_serving,
-    _with_lora,
+    admit_chat,
 )
 from llmsim.api.served import ServedModel
 from llmsim.transport import DropConnection, DroppedResponse, DroppingEvents, EventSource, SSEResponse
@@ -70,27 +64,17 @@ class ChatRun:
 
 async def plan_chat(request: Request, chat: ChatCompletionRequest, arrival: float, prefix: str) -> ChatRun | Response:
     """Check, admit and plan ``chat`` as the chat route does (its faults drawn); a Response if the client left."""
-    state = _state(request)
-    served = _served(state, chat.model)
-    _check(chat, served)
-    if not state.lifecycle.serving:
-        admitted = await _until_serving(request, state, arrival)
-        if admitted is None:
-            return Response(status_code=499)
-        arrival = admitted
-    fault = _fault(request, served)
-    try:
-        gen_request = chat.to_generation_request()
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="messages") from None
-    plans = await _plan(request, served, _with_lora([gen_request], served, chat.model))
+    admitted = await admit_chat(request, chat, arrival)
+    if isinstance(admitted, Response):
+        return admitted
+    served, fault, plans = admitted.served, admitted.fault, admitted.plans
     drop_after: int | None = None
     if fault is not None:
         plans = fault.pace(plans)
         drop_after = fault.drop_after(plans)
         fault.log_where(plans, _request_id(request))
     model = served.name if chat.model in served.aliases else chat.model
-    return ChatRun(request, served, plans[0], arrival, prefix + _request_id(request), model, drop_after)
+    return ChatRun(request, served, plans[0], admitted.arrival, prefix + _request_id(request), model, drop_after)
 
 
 def _ids(run: ChatRun) -> list[RequestId]:

@@ -230,10 +230,20 @@ def _log_ignored(body: BaseModel) -> None:
         logger.warning("kv_transfer_params: P/D hand-off is not simulated; each leg is served as a whole request")
 
 
-async def chat_completions(request: Request) -> Response:
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdmittedChat:
+    """A chat request checked, admitted (its arrival moved past a sleep or startup) and planned."""
+
+    served: ServedModel
+    fault: Fault | None
+    plans: list[GenerationPlan]
+    arrival: float
+
+
+async def admit_chat(request: Request, body: ChatCompletionRequest, arrival: float) -> AdmittedChat | Response:
+    """The chat path up to the engine, shared by every route that serves a chat (its fault drawn);
+    a Response (499) if the client left while the model was not serving."""
     state = _state(request)
-    arrival = _arrival(request, state)
-    body = await parse_body(request, ChatCompletionRequest)
     served = _served(state, body.model)
     _check(body, served)
     if not state.lifecycle.serving:
@@ -247,7 +257,17 @@ async def chat_completions(request: Request) -> Response:
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     plans = await _plan(request, served, _with_lora([gen_request], served, body.model))
-    return await _respond(request, served, body, plans, arrival, chat=True, fault=fault)
+    return AdmittedChat(served, fault, plans, arrival)
+
+
+async def chat_completions(request: Request) -> Response:
+    state = _state(request)
+    arrival = _arrival(request, state)
+    body = await parse_body(request, ChatCompletionRequest)
+    chat = await admit_chat(request, body, arrival)
+    if isinstance(chat, Response):
+        return chat
+    return await _respond(request, chat.served, body, chat.plans, chat.arrival, chat=True, fault=chat.fault)
 
 
 async def completions(request: Request) -> Response:
