@@ -12,7 +12,8 @@ import pytest
 
 from llmsim.api.messages_routes import MessagesRequest
 from llmsim.api.response_models import ErrorResponse, MessagesResponse, MessagesStreamEvent
-from llmsim.runtime import Runtime, build_runtime
+from llmsim.runtime import Runtime
+from tests.api.app_client import app_client, named_events, runtime_of
 from tests.metrics.scrape import parse
 
 CONFIG = """
@@ -41,29 +42,13 @@ MESSAGES: dict[str, Any] = {
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Runtime:
-    (tmp_path / "models.yml").write_text(CONFIG)
-    (tmp_path / "responses.yml").write_text(RESPONSES)
-    return build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    return runtime_of(tmp_path, CONFIG, RESPONSES)
 
 
 @pytest.fixture
 async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=runtime.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with app_client(runtime) as client:
         yield client
-
-
-def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """Each event's ``event:`` name and its data."""
-    out = []
-    for block in text.split("\n\n"):
-        if not block:
-            continue
-        name_line, data_line = block.split("\n")
-        assert name_line.startswith("event: ")
-        assert data_line.startswith("data: ")
-        out.append((name_line[len("event: ") :], json.loads(data_line[len("data: ") :])))
-    return out
 
 
 async def test_a_message_is_the_chat_answer_with_its_usage(http: httpx.AsyncClient) -> None:
@@ -125,7 +110,7 @@ async def test_the_stream_says_the_message_event_by_event(http: httpx.AsyncClien
     r = await http.post("/v1/messages", json=MESSAGES | {"stream": True})
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(r.text)
+    events = named_events(r.text)
     for name, data in events:
         assert data["type"] == name
         MessagesStreamEvent.model_validate(data)
@@ -208,7 +193,7 @@ async def test_a_tool_call_is_a_tool_use_block(http: httpx.AsyncClient) -> None:
 
 async def test_a_streamed_tool_call_is_a_tool_use_block_of_json_deltas(http: httpx.AsyncClient) -> None:
     r = await http.post("/v1/messages", json=WEATHER | {"stream": True})
-    events = sse_events(r.text)
+    events = named_events(r.text)
     names = [n for n, _ in events]
     assert names[:2] == ["message_start", "content_block_start"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]

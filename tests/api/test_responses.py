@@ -12,7 +12,8 @@ import pytest
 
 from llmsim.api.response_models import ErrorResponse, ResponsesResponse, ResponsesStreamEvent
 from llmsim.api.response_store import ResponseStore
-from llmsim.runtime import Runtime, build_runtime
+from llmsim.runtime import Runtime
+from tests.api.app_client import app_client, named_events, runtime_of
 
 CONFIG = """
 version: 1
@@ -35,25 +36,13 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Runtime:
-    (tmp_path / "models.yml").write_text(CONFIG)
-    (tmp_path / "responses.yml").write_text(RESPONSES)
-    return build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    return runtime_of(tmp_path, CONFIG, RESPONSES)
 
 
 @pytest.fixture
 async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=runtime.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with app_client(runtime) as client:
         yield client
-
-
-def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for block in text.split("\n\n"):
-        if block:
-            name_line, data_line = block.split("\n")
-            out.append((name_line[len("event: ") :], json.loads(data_line[len("data: ") :])))
-    return out
 
 
 async def test_a_response_is_the_chat_answer_with_its_usage(http: httpx.AsyncClient) -> None:
@@ -128,7 +117,7 @@ async def test_the_stream_says_the_response_event_by_event(http: httpx.AsyncClie
     whole = (await http.post("/v1/responses", json=REQUEST)).json()
     r = await http.post("/v1/responses", json=REQUEST | {"stream": True})
     assert r.status_code == 200
-    events = sse_events(r.text)
+    events = named_events(r.text)
     for name, data in events:
         assert data["type"] == name
         ResponsesStreamEvent.model_validate(data)
@@ -178,7 +167,7 @@ async def test_a_tool_call_is_a_function_call_item(http: httpx.AsyncClient) -> N
 
 async def test_a_streamed_tool_call_is_its_argument_deltas(http: httpx.AsyncClient) -> None:
     r = await http.post("/v1/responses", json=WEATHER | {"stream": True})
-    events = sse_events(r.text)
+    events = named_events(r.text)
     names = [n for n, _ in events]
     deltas = names.count("response.function_call_arguments.delta")
     assert names == [

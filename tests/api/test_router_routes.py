@@ -25,8 +25,9 @@ from llmsim.api.response_models import (
     RenderedPrompts,
     ServerInfo,
 )
-from llmsim.runtime import Runtime, build_runtime
+from llmsim.runtime import Runtime
 from llmsim.types import GenerationPlan, RequestId
+from tests.api.app_client import app_client, runtime_of
 from tests.llm.test_token_ids import write_tokenizer_json
 from tests.metrics.scrape import parse
 
@@ -82,15 +83,12 @@ ROUTER_FIELDS: dict[str, Any] = {
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Runtime:
-    (tmp_path / "models.yml").write_text(CONFIG)
-    (tmp_path / "responses.yml").write_text(RESPONSES)
-    return build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    return runtime_of(tmp_path, CONFIG, RESPONSES)
 
 
 @pytest.fixture
 async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=runtime.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with app_client(runtime) as client:
         yield client
 
 
@@ -275,12 +273,10 @@ async def test_with_a_tokenizer_json_render_still_gives_the_hashed_ids(
         "    enable_prompt_tokens_details: true\n",
         f"    enable_prompt_tokens_details: true\n    tokenizer: {{path: {tokenizer_json}, chat_template: chatml}}\n",
     )
-    (tmp_path / "models.yml").write_text(config)
-    (tmp_path / "responses.yml").write_text(RESPONSES)
-    runtime = build_runtime(tmp_path / "models.yml", tmp_path / "responses.yml")
+    runtime = runtime_of(tmp_path, config, RESPONSES)
     seen = record_submits(runtime, monkeypatch)
     messages = [{"role": "user", "content": "Once upon a time, the river met the sea."}]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=runtime.app), base_url="http://test") as http:
+    async with app_client(runtime) as http:
         rendered = (await http.post("/v1/chat/completions/render", json={"model": "base", "messages": messages})).json()
         await http.post("/v1/chat/completions", json={"model": "base", "messages": messages})
         tokenized = (await http.post("/tokenize", json={"model": "base", "messages": messages})).json()
