@@ -206,6 +206,8 @@ NOT_IN_THE_CRD = {
     "kv_events.hwm": "not exposed yet",
     "embeddings": "not exposed yet",
     "aliases": "not exposed yet (the vLLM form's --served-model-name sets it)",
+    "kv_transfer": "not exposed yet",
+    "data_parallel": "not exposed yet",
 }
 
 

@@ -234,6 +234,69 @@ class KVEvents(_Section):
     )
 
 
+class KVTransfer(_Section):
+    """vLLM's ``--kv-transfer-config``: this replica's part in a disaggregated prefill/decode fleet.
+
+    The link is what a KV pull crosses between a prefill and a decode replica. Its defaults are one
+    400 Gb/s NDR InfiniBand NIC per GPU (50 GB/s), as on the H100 and H200 nodes P/D fleets run on,
+    and a round trip of a NIXL read's notification.
+    """
+
+    kv_role: Literal["kv_producer", "kv_consumer", "kv_both"] = Field(
+        description="kv_producer: prefills and hands its KV over; kv_consumer: pulls KV and decodes; kv_both: "
+        "either, per request (vLLM's kv_role)."
+    )
+    kv_connector: Literal["NixlConnector"] = Field(
+        default="NixlConnector", description="The hand-off protocol (vLLM's kv_connector)."
+    )
+    bandwidth_gbps: PositiveFloat = Field(
+        default=50.0, description="Bandwidth of the link a pull crosses, in GB/s; pulls on one link queue."
+    )
+    latency_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        default=0.5, description="Fixed cost of one pull (handshake and completion notice), in ms."
+    )
+    abort_request_timeout_s: PositiveFloat = Field(
+        default=480.0,
+        description="How long a prefill replica holds a request's blocks for a decode replica that never "
+        "pulls them (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).",
+    )
+    side_channel_host: Annotated[str, Field(min_length=1)] = Field(
+        default="localhost",
+        description="Host this replica names in kv_transfer_params for decode replicas to pull from "
+        "(vLLM's VLLM_NIXL_SIDE_CHANNEL_HOST); {pod_ip} is filled in from env POD_IP.",
+    )
+    side_channel_port: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=5600,
+        description="Port of the side channel pulls reach; data-parallel rank r uses this + r "
+        "(vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT).",
+    )
+
+
+class DataParallel(_Section):
+    """vLLM's data parallelism: several simulated GPUs, each its own engine, in one process."""
+
+    size: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=1, description="Data-parallel ranks in the deployment (vLLM's --data-parallel-size)."
+    )
+    rank: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Serve only this global rank (vLLM's --data-parallel-rank, external load balancing); unset: "
+        "every rank.",
+    )
+    load_balancing: Literal["internal", "external"] = Field(
+        default="internal",
+        description="internal: one port; each request goes to the rank with the fewest running + waiting "
+        "requests unless pinned (vLLM's API server); external: rank r listens on port + r "
+        "(vLLM's --data-parallel-multi-port-external-lb).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DataParallel:
+        if self.rank is not None and self.rank >= self.size:
+            raise ValueError(f"rank ({self.rank}) must be < size ({self.size})")
+        return self
+
+
 class LoraAdapter(_Section):
     """One LoRA adapter."""
 
@@ -325,11 +388,33 @@ class ModelConfig(_Section):
         "--lora-modules). Requests name an adapter in `model`.",
     )
     kv_events: KVEvents | None = None
+    kv_transfer: KVTransfer | None = Field(
+        default=None,
+        description="Disaggregated prefill/decode: this replica's role and the link KV crosses (scheduler "
+        "engine only).",
+    )
+    data_parallel: DataParallel = Field(
+        default=DataParallel(),
+        description="Data-parallel ranks: independent simulated GPUs in one process (scheduler engine only "
+        "when size > 1).",
+    )
     enable_prompt_tokens_details: bool = Field(
         default=False,
         description="Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details; off "
         "by default, as in vLLM).",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        # Both need a simulated GPU: the other engines have no KV cache to hand over nor a rank to be.
+        if self.engine != "scheduler":
+            if self.kv_transfer is not None:
+                raise ValueError(f"kv_transfer needs engine: scheduler (this model's engine is {self.engine})")
+            if self.data_parallel.size > 1:
+                raise ValueError(
+                    f"data_parallel.size > 1 needs engine: scheduler (this model's engine is {self.engine})"
+                )
+        return self
 
 
 class ModelsConfig(_Section):
