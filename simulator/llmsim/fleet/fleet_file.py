@@ -6,9 +6,16 @@
       scrape_interval_ms: 50      # how old the router's view of each replica may be; 0: live
       weights: {queue: 2, kv_cache: 2, prefix: 3}   # weighted only (the inference extension's default)
       seed: 0
+      dp_aware: false             # true: the router sees data-parallel ranks and pins each request to one
+      prefill_policy: least-requests   # disaggregated fleets: the prefill pick and the decode pick
+      decode_policy: least-kv          # (default: policy)
     replicas:
       - {model: llama-3.1-8b, count: 4}             # a model of --config's models.yml (or the embedded one)
       - {model: llama-a100, count: 2, name: a100}   # name: the group's label (default: the model)
+
+A model with ``data_parallel.size: N`` makes each replica N simulated GPUs (its ranks). Models with
+``kv_transfer.kv_role`` kv_producer and kv_consumer make a disaggregated fleet: every request is
+prefilled on a producer, its KV pulled over the link into a consumer, and decoded there.
 
 A broken file is one line naming the file, the entry and the field, as for models.yml.
 """
@@ -21,6 +28,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmsim.config import ModelsConfig
+from llmsim.engine.scheduler.kv_link import KVLinkSpec
 from llmsim.errors import ConfigError, entry_label, from_validation_error, parse_yaml
 from llmsim.fleet.spec import FleetSpec, ReplicaGroup, RouterPolicy, RouterSpec, ScorerWeights
 from llmsim.runtime import scheduler_params
@@ -44,6 +52,11 @@ class RouterSection(_Section):
     scrape_interval_ms: NonNegative = 50.0
     weights: WeightsSection | None = None
     seed: int = 0
+    # The router sees data-parallel ranks and pins them (vllm-router --intra-node-data-parallel-size).
+    dp_aware: bool = False
+    # A disaggregated fleet's picks (vllm-router's --prefill-policy / --decode-policy); default: policy.
+    prefill_policy: RouterPolicy | None = None
+    decode_policy: RouterPolicy | None = None
 
 
 class ReplicaEntry(_Section):
@@ -71,9 +84,18 @@ def parse_fleet(text: str, file: str, models: ModelsConfig, models_file: str) ->
     except ValidationError as exc:
         raise from_validation_error(file, exc, FleetFile, raw, {"replicas": "model", "router": None}) from None
     router = parsed.router
-    if router.weights is not None and router.policy != "weighted":
+    policies = {router.policy, router.prefill_policy or router.policy, router.decode_policy or router.policy}
+    if router.weights is not None and "weighted" not in policies:
         raise ConfigError(
             file, f"apply to policy 'weighted' only, not '{router.policy}'", entry="router", field="weights"
+        )
+    if (router.prefill_policy or router.decode_policy) and not any(
+        (models.model(e.model).kv_transfer if e.model in {m.name for m in models.models} else None)
+        for e in parsed.replicas
+    ):
+        field = "prefill_policy" if router.prefill_policy else "decode_policy"
+        raise ConfigError(
+            file, "applies to a disaggregated fleet (models with kv_transfer) only", entry="router", field=field
         )
     known = [m.name for m in models.models]
     groups: list[ReplicaGroup] = []
@@ -99,15 +121,39 @@ def parse_fleet(text: str, file: str, models: ModelsConfig, models_file: str) ->
             raise ConfigError(
                 file, f"two replica groups are named '{name}' (give one a distinct 'name')", entry=label, field="name"
             )
-        groups.append(ReplicaGroup(name, entry.model, scheduler_params(models, entry.model, models_file), entry.count))
+        dp = models.model(entry.model).data_parallel
+        # A replica serving one rank (data_parallel.rank) is one GPU, as far as a router can tell.
+        ranks = dp.size if dp.rank is None else 1
+        params = scheduler_params(models, entry.model, models_file)
+        kv = models.model(entry.model).kv_transfer
+        groups.append(
+            ReplicaGroup(
+                name,
+                entry.model,
+                params,
+                entry.count,
+                ranks,
+                dp.load_balancing == "external",
+                kv_role=None if kv is None else kv.kv_role,
+                kv_link=None if kv is None else KVLinkSpec.from_config(kv.bandwidth_gbps, kv.latency_ms),
+                kv_abort_timeout=480.0 if kv is None else kv.abort_request_timeout_s,
+            )
+        )
     weights = router.weights or WeightsSection()
     spec = RouterSpec(
         policy=router.policy,
         scrape_interval=router.scrape_interval_ms / 1000.0,
         weights=ScorerWeights(weights.queue, weights.kv_cache, weights.prefix),
         seed=router.seed,
+        dp_aware=router.dp_aware,
+        prefill_policy=router.prefill_policy,
+        decode_policy=router.decode_policy,
     )
-    return FleetSpec(tuple(groups), spec)
+    try:
+        return FleetSpec(tuple(groups), spec)
+    except ValueError as exc:
+        # The roles of the groups together (kv_transfer.kv_role of their models).
+        raise ConfigError(file, str(exc), entry="replicas", field="model") from None
 
 
 def load_fleet(path: str | Path, models: ModelsConfig, models_file: str) -> FleetSpec:

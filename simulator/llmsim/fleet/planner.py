@@ -44,8 +44,14 @@ def plan_fleet(fleet: FleetSpec, workload: FleetWorkload, *, keep_token_times: b
 
 
 def compare_routers(fleet: FleetSpec, workload: FleetWorkload, policies: Sequence[RouterPolicy]) -> list[FleetPlan]:
-    """The same workload through the same replicas behind each router in turn."""
-    return [plan_fleet(fleet.with_router(p), workload) for p in policies]
+    """The same workload through the same replicas behind each router in turn.
+
+    With data-parallel replicas balanced by their own API server, each router runs twice: seeing
+    replicas (vLLM's internal load balancer picks the rank), then seeing every rank (and pinning it).
+    """
+    both = any(g.count and g.data_parallel > 1 and not g.external_lb for g in fleet.groups)
+    views = (False, True) if both else (fleet.router.dp_aware,)
+    return [plan_fleet(fleet.with_router(p, dp_aware=aware), workload) for p in policies for aware in views]
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,13 @@ class Replica(ReplicaView):
         if prefix_cache:
             self._sync(now, passed)
 
+    def live_load(self, now: float, passed: bool = False) -> tuple[int, int, float]:
+        """(waiting, running, KV-cache usage) as the replica's scheduler reports them at ``now``, live
+        (what a data-parallel coordinator's snapshot reads); the router's view is settled first."""
+        self.observe(now, passed, prefix_cache=True)
+        sched = self.scheduler
+        return len(sched.waiting) + len(self.inbox), len(sched.running), sched.kv.usage
+
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
         """Tokens at the start of ``prompt`` this replica's prefix cache holds (whole blocks), as of
         the last :meth:`observe`.

@@ -10,7 +10,7 @@ from llmsim.engine.scheduler.percentiles import Percentiles
 from llmsim.fleet import simulation
 from llmsim.fleet.fleet_summary import FleetSummary, Latencies, ReplicaSummary
 from llmsim.fleet.planner import FleetPlan, RateSweep, ReplicaSearch, Slo
-from llmsim.fleet.spec import FleetSpec
+from llmsim.fleet.spec import FleetSpec, ReplicaGroup
 
 
 def _ms(x: float) -> str:
@@ -26,11 +26,26 @@ def _hit(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.1%}"
 
 
+def _group_label(g: ReplicaGroup) -> str:
+    details = [g.model] if g.model != g.name else []
+    if g.data_parallel > 1:
+        details.append(f"{g.data_parallel} DP ranks" + (", external LB" if g.external_lb else ""))
+    return f"{g.count} x {g.name}" + (f" ({', '.join(details)})" if details else "")
+
+
+def router_label(fleet: FleetSpec) -> str:
+    """The router's name, and how it reaches data-parallel ranks when the fleet has some."""
+    r = fleet.router
+    if not fleet.has_data_parallel:
+        return r.policy
+    return f"{r.policy} (ranks)" if r.dp_aware else r.policy
+
+
 def describe_fleet(fleet: FleetSpec) -> str:
     """``6 replicas (4 x h100, 2 x a100) behind least-requests (scrape every 50 ms)``."""
-    groups = ", ".join(f"{g.count} x {g.name}" + (f" ({g.model})" if g.model != g.name else "") for g in fleet.groups)
+    groups = ", ".join(_group_label(g) for g in fleet.groups)
     n = fleet.num_replicas
-    if n == 1:
+    if fleet.num_gpus == 1:
         # No routing to speak of.
         (group,) = [g for g in fleet.groups if g.count]
         return f"1 replica of {group.model}"
@@ -40,7 +55,12 @@ def describe_fleet(fleet: FleetSpec) -> str:
     if r.policy == "weighted":
         w = r.weights
         weights = f", weights queue {w.queue:g} / kv {w.kv_cache:g} / prefix {w.prefix:g}"
-    return f"{n} replicas ({groups}) behind {r.policy} ({view}{weights})"
+    gpus = ""
+    if fleet.has_data_parallel:
+        ranks = "sees every rank" if r.dp_aware else "sees replicas, vLLM's internal LB picks ranks"
+        gpus = f", {fleet.num_gpus} GPUs; the router {ranks}"
+    plural = "replica" if n == 1 else "replicas"
+    return f"{n} {plural} ({groups}) behind {r.policy} ({view}{weights}{gpus})"
 
 
 _HEADER = (
@@ -79,7 +99,7 @@ def _replica_row(r: ReplicaSummary, duration: float) -> str:
 def format_plan(plan: FleetPlan, wall: float) -> str:
     """The per-replica and fleet table of one run (one replica: its row, without the fleet's)."""
     s = plan.summary
-    one = plan.fleet.num_replicas == 1
+    one = plan.fleet.num_gpus == 1
     lines = [
         f"llmsim plan: {describe_fleet(plan.fleet)}",
         f"{s.num_requests:,} requests, {s.duration:,.1f} s simulated   (latencies in ms)",
@@ -129,19 +149,21 @@ def format_plan(plan: FleetPlan, wall: float) -> str:
 def format_comparison(plans: list[FleetPlan], wall: float) -> str:
     """One row per router, same workload and replicas."""
     first = plans[0]
+    labels = [router_label(p.fleet) for p in plans]
+    width = max(17, max(len(label) for label in labels) + 2)
     lines = [
         f"llmsim plan --compare: {describe_fleet(first.fleet)}".replace(
             f"behind {first.fleet.router.policy} ", "behind each router "
         ),
         f"{first.summary.num_requests:,} requests, {first.summary.duration:,.1f} s simulated   (latencies in ms)",
-        f"{'router':<17}{'TTFT p50':>10}{'p99':>9}{'ITL p50':>9}{'p99':>8}{'TPOT p50':>10}{'E2E p99':>10}"
+        f"{'router':<{width}}{'TTFT p50':>10}{'p99':>9}{'ITL p50':>9}{'p99':>8}{'TPOT p50':>10}{'E2E p99':>10}"
         f"{'queue p99':>10}{'out tok/s':>11}{'imbalance':>10}{'preempt':>9}{'refused':>9}{'prefix hit':>11}",
     ]
-    for plan in plans:
+    for plan, label in zip(plans, labels, strict=True):
         s = plan.summary
         lat = s.latencies
         lines.append(
-            f"{plan.fleet.router.policy:<17}{_ms(lat.ttft.p50):>10}{_ms(lat.ttft.p99):>9}{_ms(lat.itl.p50):>9}"
+            f"{label:<{width}}{_ms(lat.ttft.p50):>10}{_ms(lat.ttft.p99):>9}{_ms(lat.itl.p50):>9}"
             f"{_ms(lat.itl.p99):>8}{_ms(lat.tpot.p50):>10}{_ms(lat.e2e.p99):>10}{_ms(lat.queue_time.p99):>10}"
             f"{s.output_tokens_per_s:>11,.0f}{s.load_imbalance:>10.2f}{s.num_preemptions:>9,}{s.num_rejected:>9,}"
             f"{_hit(s.prefix_hit_rate):>11}"
@@ -309,7 +331,10 @@ def plan_json(plan: FleetPlan, wall: float) -> dict[str, Any]:
 def comparison_json(plans: list[FleetPlan], wall: float) -> dict[str, Any]:
     body = {
         "fleet": fleet_json(plans[0].fleet),
-        "compare": [{"router": p.fleet.router.policy, "summary": summary_json(p.summary)} for p in plans],
+        "compare": [
+            {"router": p.fleet.router.policy, "dp_aware": p.fleet.router.dp_aware, "summary": summary_json(p.summary)}
+            for p in plans
+        ],
         "wall_seconds": wall,
     }
     result: dict[str, Any] = _clean(body)

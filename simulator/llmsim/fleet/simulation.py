@@ -33,10 +33,12 @@ from contextlib import contextmanager
 from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
+from llmsim.fleet.dp_server import DataParallelServer
 from llmsim.fleet.fleet_result import FleetResult, ReplicaReport, RequestOutcome
 from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
+from llmsim.fleet.replica_view import ReplicaView
 from llmsim.fleet.router import build_router
 from llmsim.fleet.spec import FleetSpec, ReplicaGroup, RouterSpec
 from llmsim.fleet.workload import FleetRequest, FleetWorkload
@@ -101,9 +103,15 @@ class FleetSimulation:
         self.keep_token_times = keep_token_times
         rng = random.Random(f"llmsim-fleet/{fleet.router.seed}")
         interval = fleet.router.scrape_interval
-        size = fleet.num_replicas
+        # What the router picks among: a replica, a data-parallel rank, or a data-parallel replica
+        # whose API server picks the rank (one endpoint per port, as a gateway sees pods).
+        size = sum(g.count if g.balances_ranks(fleet.router) else g.num_gpus for g in fleet.groups)
         self.replicas: list[Replica] = []
         self.groups: list[tuple[str, str]] = []
+        self.endpoints: list[ReplicaView] = []
+        self.servers: list[DataParallelServer] = []
+        # Per simulated GPU: the data-parallel replica whose API server routes to it, and its rank there.
+        self.server_of: list[tuple[DataParallelServer, int] | None] = []
         # One memo of prompts' block identities per block size, shared by the replicas of that size.
         hashers: dict[int, BlockHasher] = {}
         for group in fleet.groups:
@@ -111,26 +119,39 @@ class FleetSimulation:
             hasher = None
             if params.enable_prefix_caching:
                 hasher = hashers.setdefault(params.block_size, BlockHasher(params.block_size))
+            balanced = group.balances_ranks(fleet.router)
             for k in range(group.count):
-                # One collector per pod, each on its own ticker: replica i is first scraped at
-                # i/N of an interval, so the fleet's view is never refreshed all at once.
-                index = len(self.replicas)
-                phase = interval * index / size
-                name = f"{group.name}/{k}"
-                replica = Replica(
-                    index,
-                    name,
-                    params,
-                    interval,
-                    phase,
-                    hasher,
-                    fast_forward=fast_forward,
-                    observer=observer,
-                    audit=audit,
-                )
-                self.replicas.append(replica)
-                self.groups.append((group.name, group.model))
-        self.router = build_router(fleet.router, self.replicas, rng)
+                ranks: list[Replica] = []
+                for rank in range(group.data_parallel):
+                    # One collector per pod, each on its own ticker: endpoint i is first scraped at
+                    # i/N of an interval, so the fleet's view is never refreshed all at once (the
+                    # ranks behind one port in one scrape).
+                    index = len(self.replicas)
+                    phase = interval * len(self.endpoints) / size
+                    name = f"{group.name}/{k}" if group.data_parallel == 1 else f"{group.name}/{k}/{rank}"
+                    replica = Replica(
+                        index,
+                        name,
+                        params,
+                        interval,
+                        phase,
+                        hasher,
+                        fast_forward=fast_forward,
+                        observer=observer,
+                        audit=audit,
+                    )
+                    self.replicas.append(replica)
+                    self.groups.append((group.name, group.model))
+                    ranks.append(replica)
+                    if not balanced:
+                        self.endpoints.append(replica)
+                        self.server_of.append(None)
+                if balanced:
+                    server = DataParallelServer(ranks)
+                    self.endpoints.append(server)
+                    self.servers.append(server)
+                    self.server_of.extend((server, r) for r in range(len(ranks)))
+        self.router = build_router(fleet.router, self.endpoints, rng)
         requests = workload.requests
         n = len(requests)
         # Where each request's own text starts: the prefix caches keep its blocks out of their maps.
@@ -284,7 +305,14 @@ class FleetSimulation:
                 # Most replicas have no scrape due (a send every few ms, a scrape every 50).
                 if live or replica.next_scrape <= now:
                     replica.observe(now, self._passed(replica), prefix_cache=live)
-        replica = self.replicas[router.pick(request.prompt)]
+            for server in self.servers:
+                server.refresh()
+        endpoint = self.endpoints[router.pick(request.prompt)]
+        if isinstance(endpoint, Replica):
+            replica = endpoint
+        else:
+            assert isinstance(endpoint, DataParallelServer)
+            replica = endpoint.ranks[endpoint.pick(now, [self._passed(r) for r in endpoint.ranks])]
         seq = replica.sequence(i, request, now, self.own_from[i])
         self.seqs[i] = seq
         self.replica_of[i] = replica.index
@@ -323,6 +351,9 @@ class FleetSimulation:
         for seq in ended:
             i = int(seq.request_id)
             self._record(i, seq)
+            served = self.server_of[self.replica_of[i]]
+            if served is not None:
+                served[0].finished(served[1])
             self.in_flight -= 1
             if self.followers:
                 self._release_followers(i, now)

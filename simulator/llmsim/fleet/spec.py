@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from llmsim.engine.scheduler.kv_link import KVLinkSpec
 from llmsim.engine.scheduler.params import SchedulerParams
 
 RouterPolicy = Literal["round-robin", "random", "least-requests", "least-kv", "prefix-affinity", "weighted"]
@@ -22,6 +23,9 @@ ROUTER_POLICIES: tuple[RouterPolicy, ...] = (
     "prefix-affinity",
     "weighted",
 )
+
+#: A replica's part in a disaggregated fleet (models.yml's kv_transfer.kv_role).
+KVRole = Literal["kv_producer", "kv_consumer", "kv_both"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +55,41 @@ class RouterSpec:
     weights: ScorerWeights = ScorerWeights()
     # Seeds the random router and every tie-break.
     seed: int = 0
+    # Whether the router sees each data-parallel rank as an endpoint of its own and pins requests
+    # to it (vllm-router's --intra-node-data-parallel-size, sglang-router's --dp-aware); False: it
+    # sees one endpoint per replica, and the replica's API server picks the rank (vLLM's internal LB).
+    dp_aware: bool = False
+    # A disaggregated fleet's two picks (vllm-router's --prefill-policy and --decode-policy):
+    # which prefill replica, then which decode replica; None: ``policy``.
+    prefill_policy: RouterPolicy | None = None
+    decode_policy: RouterPolicy | None = None
 
     def __post_init__(self) -> None:
-        if self.policy not in ROUTER_POLICIES:
-            raise ValueError(f"unknown router '{self.policy}' (routers: {', '.join(ROUTER_POLICIES)})")
+        for policy in (self.policy, self.prefill_policy or self.policy, self.decode_policy or self.policy):
+            if policy not in ROUTER_POLICIES:
+                raise ValueError(f"unknown router '{policy}' (routers: {', '.join(ROUTER_POLICIES)})")
         if self.scrape_interval < 0:
             raise ValueError(f"scrape_interval must be >= 0, got {self.scrape_interval}")
+
+    @property
+    def prefill(self) -> RouterPolicy:
+        """The policy that picks a prefill replica (disaggregated fleets)."""
+        return self.prefill_policy or self.policy
+
+    @property
+    def decode(self) -> RouterPolicy:
+        """The policy that picks a decode replica (disaggregated fleets)."""
+        return self.decode_policy or self.policy
+
+    def for_prefill(self) -> RouterSpec:
+        """This router's prefill pick as a router of its own (same view, weights and seed)."""
+        return dataclasses.replace(self, policy=self.prefill, prefill_policy=None, decode_policy=None)
+
+    def for_decode(self) -> RouterSpec:
+        """This router's decode pick as a router of its own (its random draws apart from the prefill pick's)."""
+        return dataclasses.replace(
+            self, policy=self.decode, prefill_policy=None, decode_policy=None, seed=self.seed + 1_000_003
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +102,33 @@ class ReplicaGroup:
     params: SchedulerParams
     count: int = 1
 
+    # Data-parallel ranks of each replica (models.yml's data_parallel.size): each rank is a
+    # simulated GPU of its own, with ``params``.
+    data_parallel: int = 1
+    # True: each rank listens on a port of its own (data_parallel.load_balancing: external), so a
+    # router always sees ranks; False: one port, the replica's API server balances its ranks.
+    external_lb: bool = False
+    # Its part in a disaggregated fleet (None: it serves whole requests).
+    kv_role: KVRole | None = None
+    # The link a pull into one of its GPUs crosses (models.yml's kv_transfer bandwidth and latency).
+    kv_link: KVLinkSpec | None = None
+    # Seconds a prefill replica holds a request's blocks for a pull that never comes.
+    kv_abort_timeout: float = 480.0
+
     def __post_init__(self) -> None:
         if self.count < 0:
             raise ValueError(f"replica group '{self.name}': count must be >= 0, got {self.count}")
+        if self.data_parallel < 1:
+            raise ValueError(f"replica group '{self.name}': data_parallel must be >= 1, got {self.data_parallel}")
+
+    @property
+    def num_gpus(self) -> int:
+        """Simulated GPUs of the group: replicas x data-parallel ranks."""
+        return self.count * self.data_parallel
+
+    def balances_ranks(self, router: RouterSpec) -> bool:
+        """Whether each replica's own API server picks its rank (vLLM's internal load balancer)."""
+        return self.data_parallel > 1 and not self.external_lb and not router.dp_aware
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +144,58 @@ class FleetSpec:
             raise ValueError(f"replica group names must be unique, got {names}")
         if self.num_replicas < 1:
             raise ValueError("a fleet needs at least one replica")
+        roles = {g.kv_role for g in self.groups if g.count}
+        if roles - {None}:
+            if "kv_both" in roles:
+                raise ValueError("kv_both replicas are not planned yet: give each group kv_producer or kv_consumer")
+            if roles != {"kv_producer", "kv_consumer"}:
+                raise ValueError(
+                    "a disaggregated fleet needs kv_producer (prefill) and kv_consumer (decode) replicas, and only those"
+                )
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether requests are prefilled on kv_producer replicas and decoded on kv_consumer ones."""
+        return any(g.count and g.kv_role is not None for g in self.groups)
+
+    def aggregated(self) -> FleetSpec:
+        """The same GPUs, each serving whole requests (no kv_transfer), behind ``router.policy``."""
+        groups = tuple(dataclasses.replace(g, kv_role=None, kv_link=None) for g in self.groups)
+        return FleetSpec(groups, dataclasses.replace(self.router, prefill_policy=None, decode_policy=None))
 
     @property
     def num_replicas(self) -> int:
         return sum(g.count for g in self.groups)
 
+    @property
+    def num_gpus(self) -> int:
+        """Simulated GPUs: every data-parallel rank of every replica."""
+        return sum(g.num_gpus for g in self.groups)
+
+    @property
+    def has_data_parallel(self) -> bool:
+        return any(g.count and g.data_parallel > 1 for g in self.groups)
+
     def replica_names(self) -> list[str]:
         """``<group>/<k>`` for every replica, in order."""
         return [f"{g.name}/{k}" for g in self.groups for k in range(g.count)]
 
-    def with_router(self, policy: RouterPolicy) -> FleetSpec:
-        return FleetSpec(self.groups, dataclasses.replace(self.router, policy=policy))
+    def gpu_names(self) -> list[str]:
+        """``<group>/<k>`` for every simulated GPU, ``<group>/<k>/<rank>`` for data-parallel ranks."""
+        return [
+            f"{g.name}/{k}" if g.data_parallel == 1 else f"{g.name}/{k}/{r}"
+            for g in self.groups
+            for k in range(g.count)
+            for r in range(g.data_parallel)
+        ]
+
+    def with_router(self, policy: RouterPolicy, *, dp_aware: bool | None = None) -> FleetSpec:
+        """The same replicas behind ``policy`` (both picks of a disaggregated fleet)."""
+        aware = self.router.dp_aware if dp_aware is None else dp_aware
+        router = dataclasses.replace(
+            self.router, policy=policy, dp_aware=aware, prefill_policy=None, decode_policy=None
+        )
+        return FleetSpec(self.groups, router)
 
     def with_count(self, group: str, count: int) -> FleetSpec:
         """The same fleet with ``count`` replicas in ``group``."""
