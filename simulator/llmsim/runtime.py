@@ -29,6 +29,7 @@ from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.config.schema import SchedulerSection
 from llmsim.engine import Clock, Engine, EngineObserver, MonotonicClock, ObserverGroup
+from llmsim.engine.data_parallel import DataParallelEngine
 from llmsim.engine.fixed import FixedEngine, FixedTiming
 from llmsim.engine.instant import InstantEngine
 from llmsim.engine.release_gate import ReleaseGate
@@ -44,7 +45,7 @@ from llmsim.engine.scheduler.params import (
 )
 from llmsim.engine.timer_fd_clock import precise
 from llmsim.errors import ConfigError
-from llmsim.kv_events import KVEventStream, ZmqPublisher
+from llmsim.kv_events import KVEventStream, ZmqPublisher, offset_endpoint_port
 from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
 from llmsim.metrics import MetricsHub, cache_config_labels
 from llmsim.transport import ArrivalWatch
@@ -220,6 +221,65 @@ def build_engine(
     return BuiltEngine(InstantEngine(clock, observer), info)
 
 
+def local_ranks(model: ModelConfig, only_rank: int | None = None) -> list[int]:
+    """The global data-parallel ranks of ``model`` this process runs.
+
+    Every rank (internal load balancing, one port); the configured ``rank`` (one rank per
+    process); or ``only_rank`` (external load balancing with every rank in this process, each on
+    its own port: the server for port + r runs rank r). A model without data parallelism: rank 0.
+    """
+    dp = model.data_parallel
+    if dp.rank is not None:
+        return [dp.rank]
+    if only_rank is not None:
+        return [only_rank]
+    return list(range(dp.size))
+
+
+def external_ports(config: ModelsConfig, file: str = EMBEDDED_MODELS) -> int:
+    """How many servers (ports) this config needs: N for external load balancing over N ranks in
+    one process (vLLM's --data-parallel-multi-port-external-lb: rank r on port + r), else 1.
+
+    Raises ConfigError when only some models ask for it, or with different sizes: every port serves
+    one rank of every model.
+    """
+    multi = [m for m in config.models if m.data_parallel.load_balancing == "external" and m.data_parallel.rank is None]
+    sizes = {m.data_parallel.size for m in multi}
+    if not multi or sizes == {1}:
+        return 1
+    if len(multi) != len(config.models) or len(sizes) != 1:
+        odd = next(m for m in config.models if m not in multi or m.data_parallel.size != max(sizes))
+        raise ConfigError(
+            file,
+            "external load balancing over several ranks in one process (rank r on port + r) needs every model "
+            "to have it, with the same size",
+            entry=config.entry_label(odd.name),
+            field="data_parallel",
+        )
+    return sizes.pop()
+
+
+def _kv_event_stream(
+    config: ModelsConfig, model: ModelConfig, file: str, publishers: dict[str, ZmqPublisher], rank: int
+) -> KVEventStream | None:
+    """The rank's KV-event stream: vLLM's endpoint moved by the rank (port + rank), the same topic."""
+    events = model.kv_events
+    if events is None or not events.enable_kv_cache_events or model.engine != "scheduler":
+        return None
+    try:
+        endpoint = offset_endpoint_port(events.endpoint, rank)
+        publisher = publishers.get(endpoint)
+        if publisher is None:
+            publisher = publishers[endpoint] = ZmqPublisher(endpoint, hwm=events.hwm)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="kv_events.endpoint") from None
+    stream = KVEventStream(
+        publisher, events.topic, model=model.name, event_format=events.event_format, data_parallel_rank=rank
+    )
+    logger.info("model %s rank %d: KV-cache events on %s, topic %r", model.name, rank, endpoint, stream.topic)
+    return stream
+
+
 def _serve_model(
     config: ModelsConfig,
     model: ModelConfig,
@@ -232,31 +292,40 @@ def _serve_model(
     crash: Crash,
     gate: ReleaseGate | None = None,
     poll_arrivals: Callable[[], None] | None = None,
+    only_rank: int | None = None,
 ) -> ServedModel:
-    """One model's metrics, KV-event stream, engine and generator, wired together."""
+    """One model's metrics, KV-event streams, engines (one per data-parallel rank) and generator, wired together."""
     max_lora = model.lora.max_loras if model.lora is not None else None
-    metrics = hub.add_model(
-        model.name, max_model_len=model.context_length, legacy_metrics=model.legacy_metrics, max_lora=max_lora
-    )
-    observer: EngineObserver = metrics
-    events = model.kv_events
-    if events is not None and events.enable_kv_cache_events and model.engine == "scheduler":
-        publisher = publishers.get(events.endpoint)
-        if publisher is None:
-            try:
-                publisher = publishers[events.endpoint] = ZmqPublisher(events.endpoint, hwm=events.hwm)
-            except OSError as exc:
-                raise ConfigError(
-                    file, str(exc), entry=config.entry_label(model.name), field="kv_events.endpoint"
-                ) from None
-        stream = KVEventStream(publisher, events.topic, model=model.name, event_format=events.event_format)
-        logger.info("model %s: KV-cache events on %s, topic %r", model.name, events.endpoint, stream.topic)
-        observer = ObserverGroup(metrics, stream)
-    built = build_engine(config, model, clock, observer, file, gate, poll_arrivals)
-    metrics.bind(built.engine.snapshot, built.cache_config)
-    if model.engine != "scheduler" and model.lora is not None:
-        for adapter in model.lora.adapters:
-            built.engine.add_lora(adapter.name, adapter.path)
+    ranks = local_ranks(model, only_rank)
+    engines: list[Engine] = []
+    rank_metrics = []
+    built: BuiltEngine | None = None
+    events = False
+    for rank in ranks:
+        metrics = hub.add_model(
+            model.name,
+            max_model_len=model.context_length,
+            legacy_metrics=model.legacy_metrics,
+            max_lora=max_lora,
+            engine=rank,
+        )
+        observer: EngineObserver = metrics
+        stream = _kv_event_stream(config, model, file, publishers, rank)
+        if stream is not None:
+            observer = ObserverGroup(metrics, stream)
+            events = True
+        built = build_engine(config, model, clock, observer, file, gate, poll_arrivals)
+        metrics.bind(built.engine.snapshot, built.cache_config)
+        if model.engine != "scheduler" and model.lora is not None:
+            for adapter in model.lora.adapters:
+                built.engine.add_lora(adapter.name, adapter.path)
+        engines.append(built.engine)
+        rank_metrics.append(metrics)
+    assert built is not None
+    # NOTE: the lag of a release is the event loop's, not a rank's; lags and injected faults are
+    # counted on the first rank's series.
+    metrics = rank_metrics[0]
+    engine: Engine = engines[0] if len(engines) == 1 else DataParallelEngine(engines, clock.now)
     # The scheduler's prefix cache hashes token ids: ask the generator for them.
     caching = model.engine == "scheduler" and model.kv_cache is not None and model.kv_cache.enable_prefix_caching
     generator = Generator(
@@ -264,14 +333,14 @@ def _serve_model(
         model_name=model.name,
         context_length=model.context_length,
         tokenizer=build_tokenizer(config, model, file),
-        token_ids=caching or observer is not metrics,
+        token_ids=caching or events,
     )
     lora = lora_params(model)
     return ServedModel(
         name=model.name,
         aliases=tuple(model.aliases),
         generator=generator,
-        engine=built.engine,
+        engine=engine,
         context_length=model.context_length,
         created=created,
         info=built.info,
@@ -282,6 +351,9 @@ def _serve_model(
         enable_prompt_tokens_details=model.enable_prompt_tokens_details,
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
+        dp_size=model.data_parallel.size,
+        dp_ranks=tuple(ranks),
+        rank_engines=tuple(engines),
     )
 
 
@@ -308,6 +380,7 @@ def build_runtime(
     crash: Crash = exit_process,
     fast_path: bool = True,
     checked_config: tuple[ModelsConfig, str] | None = None,
+    dp_rank: int | None = None,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
@@ -315,13 +388,22 @@ def build_runtime(
     command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in);
     ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md);
     ``checked_config``: a config already checked and what errors call it (``vllm serve``'s flags), instead of
-    ``config_path``.
+    ``config_path``; ``dp_rank``: serve only this data-parallel rank of each model (the server of
+    one port of an external-load-balancing deployment run in one process, :func:`external_ports`).
     """
     if checked_config is not None:
         config, file = checked_config
     else:
         config = load_models_config(config_path)
         file = str(config_path) if config_path is not None else EMBEDDED_MODELS
+    ports = external_ports(config, file)
+    if ports > 1 and dp_rank is None:
+        raise ConfigError(
+            file,
+            f"external load balancing over {ports} ranks: one server per rank (llmsim serve starts them)",
+            entry=config.entry_label(config.models[0].name),
+            field="data_parallel.load_balancing",
+        )
     script = load_responses(responses_path)
     clock = clock or MonotonicClock()
     created = int(time.time())
@@ -337,7 +419,7 @@ def build_runtime(
     try:
         for model in config.models:
             models[model.name] = _serve_model(
-                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals
+                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals, dp_rank
             )
     except BaseException:
         for publisher in publishers.values():

@@ -317,26 +317,30 @@ async def get_load(request: Request) -> Response:
 
 
 async def loads(request: Request) -> Response:
-    """SGLang's ``GET /v1/loads``, which sglang-router's power_of_two polls first: one data-parallel rank.
+    """SGLang's ``GET /v1/loads``, which sglang-router's power_of_two polls first: one entry per data-parallel rank.
 
-    Its token load is the KV cache the requests hold (blocks × block size). An engine without a
-    KV cache (instant, fixed) reports no token figures, so the router falls back to its own count
-    of requests in flight, as it does for a server without the route.
+    A rank's entry adds up every model's engine of that rank (``dp_rank``: the global rank). Its
+    token load is the KV cache the requests hold (blocks × block size). An engine without a KV
+    cache (instant, fixed) reports no token figures, so the router falls back to its own count of
+    requests in flight, as it does for a server without the route.
     """
-    running = waiting = 0
-    tokens: int | None = None
+    per_rank: dict[int, dict[str, Any]] = {}
     for m in _state(request).models.values():
-        snap = m.engine.snapshot()
-        running += snap.num_running
-        waiting += snap.num_waiting
-        if m.info.block_size is not None:
-            tokens = (tokens or 0) + snap.kv_used_blocks * m.info.block_size
-    rank: dict[str, Any] = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting}
-    aggregate: dict[str, Any] = {"total_running_reqs": running, "total_waiting_reqs": waiting}
-    if tokens is not None:
-        rank["num_total_tokens"] = tokens
-        aggregate["total_tokens"] = tokens
-    return JSONResponse({"version": __version__, "loads": [rank], "aggregate": aggregate})
+        for rank, engine in m.ranks():
+            snap = engine.snapshot()
+            entry = per_rank.setdefault(rank, {"dp_rank": rank, "num_running_reqs": 0, "num_waiting_reqs": 0})
+            entry["num_running_reqs"] += snap.num_running
+            entry["num_waiting_reqs"] += snap.num_waiting
+            if m.info.block_size is not None:
+                entry["num_total_tokens"] = entry.get("num_total_tokens", 0) + snap.kv_used_blocks * m.info.block_size
+    ranks = [per_rank[r] for r in sorted(per_rank)]
+    aggregate: dict[str, Any] = {
+        "total_running_reqs": sum(e["num_running_reqs"] for e in ranks),
+        "total_waiting_reqs": sum(e["num_waiting_reqs"] for e in ranks),
+    }
+    if any("num_total_tokens" in e for e in ranks):
+        aggregate["total_tokens"] = sum(e.get("num_total_tokens", 0) for e in ranks)
+    return JSONResponse({"version": __version__, "loads": ranks, "aggregate": aggregate})
 
 
 def _first(request: Request) -> ServedModel:
@@ -344,14 +348,18 @@ def _first(request: Request) -> ServedModel:
 
 
 async def server_info(request: Request) -> Response:
-    """SGLang's ``GET /server_info``: the fields sglang-router reads at startup (one data-parallel rank)."""
+    """SGLang's ``GET /server_info``: the fields sglang-router reads at startup.
+
+    ``dp_size`` is the ranks this server runs (pinned ranks 0..dp_size-1 are accepted), which
+    sglang-router's ``--dp-aware`` spreads requests over with ``data_parallel_rank``.
+    """
     served = _first(request)
     return JSONResponse(
         {
             "model_path": served.name,
             "tokenizer_path": served.name,
             "served_model_name": served.name,
-            "dp_size": 1,
+            "dp_size": len(served.dp_ranks),
             "tp_size": 1,
             "context_length": served.context_length,
             "disaggregation_mode": "null",

@@ -19,7 +19,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmsim.api import json_body
+from llmsim.api import data_parallel, json_body
 from llmsim.api.choice_events import YIELD_EVERY, merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
@@ -165,7 +165,7 @@ async def _submit(
 ) -> list[TokenStream]:
     """The one admission point: every choice gets a stream, or the request is refused before any byte is sent."""
     try:
-        return await served.engine.submit(plans, arrival, ids)
+        return await data_parallel.submit(served, plans, arrival, ids)
     except EngineOverloaded:
         raise overloaded() from None
     except EngineStopped as exc:
@@ -196,6 +196,7 @@ async def parse_body(request: Request, model_cls: type[M]) -> M:
     # NOTE: json, then the model in Python mode, as FastAPI does for vLLM: pydantic's JSON mode
     # words some errors differently ("a valid array" for "a valid list").
     data = json_body.loads(body)
+    data_parallel.pin_rank(request, data)
     try:
         parsed = model_cls.model_validate(data)
     except ValidationError as exc:
@@ -222,7 +223,8 @@ _kv_transfer_noted = False
 def _log_ignored(body: BaseModel) -> None:
     """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of them)."""
     global _kv_transfer_noted
-    extra = body.model_extra
+    # SGLang's data_parallel_rank is acted on (api/data_parallel.py), not ignored.
+    extra = [name for name in body.model_extra or () if name != data_parallel.BODY_FIELD]
     if extra:
         logger.warning("The following fields were present in the request but ignored: %s", sorted(extra))
     if getattr(body, "kv_transfer_params", None) is not None and not _kv_transfer_noted:

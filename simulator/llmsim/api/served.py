@@ -70,3 +70,12 @@ class ServedModel:
     enable_prompt_tokens_details: bool = False
     # More names requests may give (vLLM's --served-model-name after the first); responses say ``name``.
     aliases: tuple[str, ...] = ()
+    # Data parallelism: the deployment's ranks (vLLM's --data-parallel-size), the global ranks this
+    # server runs (in order), and their engines (``engine`` picks among them; one rank: ``engine`` itself).
+    dp_size: int = 1
+    dp_ranks: tuple[int, ...] = (0,)
+    rank_engines: tuple[Engine, ...] = ()
+
+    def ranks(self) -> list[tuple[int, Engine]]:
+        """Each rank this server runs (global number) with its engine."""
+        return list(zip(self.dp_ranks, self.rank_engines or (self.engine,), strict=True))

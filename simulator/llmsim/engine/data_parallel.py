@@ -1,121 +1,159 @@
-"""Which data-parallel rank serves a request: vLLM's internal load balancer, as one pure rule.
+"""Data-parallel ranks behind one API server: N engines, and vLLM's choice of rank per request.
 
-vLLM's API server in front of ``--data-parallel-size N`` ranks (``DPLBAsyncMPClient.
-get_core_engine_for_request`` in ``vllm/v1/engine/core_client.py``) picks, for a request not pinned
-by ``X-data-parallel-rank``, the rank with the lowest score, scanning from a start index that
-moves on by one after every pick (ties go to the first rank scanned):
+vLLM's internal load balancing (``--data-parallel-size N``, one API port) lives in the API
+server's engine client, ``DPLBAsyncMPClient.get_core_engine_for_request``
+(``vllm/v1/engine/core_client.py``). For a request not pinned to a rank it scans the engines,
+starting at a rotating index, and takes the lowest score::
 
-    score = max(client_count x in_flight, waiting + running)
-            + waiting x 6 x max(0, kv_cache_usage - 0.5)     (only when waiting > 0)
+    score = max(client_count * in_flight, waiting + running)
+    if waiting: score += waiting * 6 * max(0, kv_cache_usage - 0.5)
 
-``waiting``, ``running`` and ``kv_cache_usage`` are the coordinator's last snapshot of the rank
-(published every 100 ms), with ``waiting`` raised by ``client_count`` for every request this API
-server sent there since; ``in_flight`` is this API server's own count of its unfinished requests on
-the rank (exact). The live server and the planner both route ranks with :class:`InternalLoadBalancer`;
-they differ only in who feeds it snapshots and finishes.
+``in_flight`` is this client's own count of the engine's unfinished requests (exact);
+``waiting``, ``running`` and ``kv_cache_usage`` come from the DP coordinator, which publishes them
+every 100 ms; between two publications the client adds ``client_count`` to the chosen engine's
+``waiting``, so a burst spreads out. A pinned request (``X-data-parallel-rank``) goes to its
+rank and moves none of that state but ``in_flight``.
 
-Pure and deterministic: no clock (the caller says when a snapshot is taken), no I/O.
+Here one API server is the only client (``client_count`` 1), so ``in_flight`` is the rank's live
+running + waiting count; the coordinator's figures are a copy of the ranks' snapshots refreshed at
+most every :data:`STATS_INTERVAL_S` of engine time, as vLLM's go stale.
+
+NOTE: vLLM routes each of a request's ``n`` choices on its own (a parent request fans out into
+child requests); here every choice of a request goes to one rank, so its admission stays one
+decision (all choices or none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
-#: Seconds between two snapshots of the ranks' loads the coordinator publishes to the API server
-#: (vLLM's DPCoordinator ``stats_update_interval_ms`` default).
-STATS_UPDATE_INTERVAL = 0.1
+from llmsim.engine.base import Engine, TokenStream
+from llmsim.types import EngineSnapshot, GenerationPlan, RequestId
 
+__all__ = ["STATS_INTERVAL_S", "DataParallelEngine", "RankBalancer"]
 
-@dataclass(slots=True)
-class RankLoad:
-    """One rank's load as the API server believes it (the coordinator's snapshot, plus its own sends)."""
-
-    # Requests queued at the rank (vLLM's num_waiting_reqs), plus client_count per request sent since the snapshot.
-    waiting: int = 0
-    # Requests running on the rank (num_running_reqs).
-    running: int = 0
-    # Fraction of the rank's KV-cache blocks in use, 0..1.
-    kv_cache_usage: float = 0.0
+#: vLLM's DP coordinator publishes the engines' queue counts this often (its stats_update_interval_ms).
+STATS_INTERVAL_S = 0.1
+#: Waiting requests on a KV-bound rank count up to this many times more (vLLM: 0 at <= 50 % KV usage, 3x at 100 %).
+_KV_PENALTY = 6.0
 
 
-def rank_score(load: RankLoad, in_flight: int, client_count: int = 1) -> float:
-    """vLLM's load estimate of one rank: the lower, the likelier to be picked."""
-    score = float(max(client_count * in_flight, load.waiting + load.running))
-    if load.waiting:
-        # A queue on a rank short of KV drains slowly: penalised from 50 % usage up.
-        score += load.waiting * 6.0 * max(0.0, load.kv_cache_usage - 0.5)
-    return score
-
-
-def choose_rank(loads: Sequence[RankLoad], in_flight: Sequence[int], start: int, client_count: int = 1) -> int:
-    """The rank vLLM's internal load balancer picks: the lowest score, scanning from ``start``;
-    the first scanned wins a tie."""
-    n = len(loads)
-    best = 0
-    best_score = float("inf")
-    for i in range(n):
-        index = (start + i) % n
-        score = rank_score(loads[index], in_flight[index], client_count)
-        if score < best_score:
-            best_score = score
-            best = index
-    return best
-
-
-class InternalLoadBalancer:
-    """One API server's view of its ranks and its picks (``DPLBAsyncMPClient``'s state).
+class RankBalancer:
+    """vLLM's internal DP load balancing over ``snapshots`` (one per rank, read live).
 
     Parameters
     ----------
-    size:
-        Data-parallel ranks.
-    client_index, client_count:
-        This API server among ``client_count`` of them (vLLM's ``--api-server-count``); its scan
-        starts at rank ``size x client_index // client_count``.
+    snapshots:
+        Each rank's live snapshot, in rank order.
+    now:
+        The engine clock; the coordinator's copy of the counts refreshes when
+        :data:`STATS_INTERVAL_S` of it has passed.
     """
 
-    __slots__ = ("client_count", "in_flight", "loads", "start")
+    __slots__ = ("_counts", "_now", "_refreshed", "_snapshots", "_start")
 
-    def __init__(self, size: int, client_index: int = 0, client_count: int = 1) -> None:
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        if not 0 <= client_index < client_count:
-            raise ValueError(f"client_index must be in [0, {client_count}), got {client_index}")
-        self.client_count = client_count
-        self.loads = [RankLoad() for _ in range(size)]
-        self.in_flight = [0] * size
-        self.start = size * client_index // client_count
+    def __init__(self, snapshots: Sequence[Callable[[], EngineSnapshot]], now: Callable[[], float]) -> None:
+        if not snapshots:
+            raise ValueError("a data-parallel engine needs at least one rank")
+        self._snapshots = tuple(snapshots)
+        self._now = now
+        # The coordinator's last figures per rank: [waiting, running, kv usage] (waiting moves locally).
+        self._counts: list[list[float]] = [[0, 0, 0.0] for _ in self._snapshots]
+        self._refreshed = float("-inf")
+        # vLLM: client_index * engines // client_count, 0 for the one API server, then rotated per pick.
+        self._start = 0
+
+    def _refresh(self) -> None:
+        now = self._now()
+        if now - self._refreshed < STATS_INTERVAL_S:
+            return
+        self._refreshed = now
+        for counts, snapshot in zip(self._counts, self._snapshots, strict=True):
+            snap = snapshot()
+            usage = snap.kv_used_blocks / snap.kv_total_blocks if snap.kv_total_blocks else 0.0
+            counts[0], counts[1], counts[2] = snap.num_waiting, snap.num_running, usage
+
+    def pick(self) -> int:
+        """The rank vLLM's API server would send an unpinned request to now (and note it was sent)."""
+        self._refresh()
+        num = len(self._snapshots)
+        best = 0
+        best_score = float("inf")
+        for i in range(num):
+            idx = (self._start + i) % num
+            waiting, running, usage = self._counts[idx]
+            live = self._snapshots[idx]()
+            score = max(float(live.num_running + live.num_waiting), waiting + running)
+            if waiting:
+                score += waiting * _KV_PENALTY * max(0.0, usage - 0.5)
+            if score < best_score:
+                best_score = score
+                best = idx
+        self._counts[best][0] += 1
+        # vLLM rotates the scan's start so that ties do not always favour the same rank.
+        self._start = (self._start + 1) % num
+        return best
+
+
+class DataParallelEngine(Engine):
+    """Several engines (the ranks, in rank order) as one: requests go to the rank vLLM would pick.
+
+    Everything else fans out: start, stop, abort, LoRA loads, prefix-cache resets; the snapshot is
+    the ranks' sum (what a server-wide load figure reports).
+    """
+
+    name = "data_parallel"
+
+    def __init__(self, ranks: Sequence[Engine], now: Callable[[], float]) -> None:
+        self.ranks = tuple(ranks)
+        self.balancer = RankBalancer([r.snapshot for r in self.ranks], now)
 
     @property
     def size(self) -> int:
-        return len(self.loads)
+        return len(self.ranks)
 
-    def pick(self, pinned: int | None = None) -> int:
-        """The rank for a new request (``pinned``: the request's ``X-data-parallel-rank``, taken as is).
+    async def start(self) -> None:
+        for rank in self.ranks:
+            await rank.start()
 
-        Raises ValueError for a pinned rank out of range (vLLM rejects it before routing).
-        """
-        if pinned is not None:
-            if not 0 <= pinned < len(self.loads):
-                raise ValueError(f"data parallel rank {pinned} out of range [0, {len(self.loads)})")
-            rank = pinned
-        else:
-            rank = choose_rank(self.loads, self.in_flight, self.start, self.client_count)
-            # Until the next snapshot, the request counts as waiting there.
-            self.loads[rank].waiting += self.client_count
-            # Equal scores (e.g. all idle) would otherwise always favour the same rank.
-            self.start = (self.start + 1) % len(self.loads)
-        self.in_flight[rank] += 1
-        return rank
+    async def stop(self) -> None:
+        for rank in self.ranks:
+            await rank.stop()
 
-    def finished(self, rank: int) -> None:
-        """A request this server sent to ``rank`` finished (or was aborted)."""
-        self.in_flight[rank] -= 1
+    def abort_requests(self) -> int:
+        return sum(rank.abort_requests() for rank in self.ranks)
 
-    def snapshot(self, rank: int, waiting: int, running: int, kv_cache_usage: float) -> None:
-        """The coordinator's new figures for ``rank`` (they replace the local increments)."""
-        load = self.loads[rank]
-        load.waiting = waiting
-        load.running = running
-        load.kv_cache_usage = kv_cache_usage
+    async def submit(
+        self, plans: Sequence[GenerationPlan], arrival: float, request_ids: Sequence[RequestId]
+    ) -> list[TokenStream]:
+        return await self.ranks[self.balancer.pick()].submit(plans, arrival, request_ids)
+
+    async def submit_to(
+        self, rank: int, plans: Sequence[GenerationPlan], arrival: float, request_ids: Sequence[RequestId]
+    ) -> list[TokenStream]:
+        """Admit a request pinned to ``rank`` (0 <= rank < size; the API checks it)."""
+        return await self.ranks[rank].submit(plans, arrival, request_ids)
+
+    def snapshot(self) -> EngineSnapshot:
+        snaps = [rank.snapshot() for rank in self.ranks]
+        return EngineSnapshot(
+            num_running=sum(s.num_running for s in snaps),
+            num_waiting=sum(s.num_waiting for s in snaps),
+            kv_used_blocks=sum(s.kv_used_blocks for s in snaps),
+            kv_total_blocks=sum(s.kv_total_blocks for s in snaps),
+            running_lora_adapters=tuple(dict.fromkeys(a for s in snaps for a in s.running_lora_adapters)),
+            waiting_lora_adapters=tuple(dict.fromkeys(a for s in snaps for a in s.waiting_lora_adapters)),
+        )
+
+    def add_lora(self, name: str, path: str) -> None:
+        for rank in self.ranks:
+            rank.add_lora(name, path)
+
+    def remove_lora(self, name: str) -> None:
+        for rank in self.ranks:
+            rank.remove_lora(name)
+
+    def reset_prefix_cache(self) -> bool:
+        # Every rank is asked, as vLLM's utility call goes to every engine.
+        results = [rank.reset_prefix_cache() for rank in self.ranks]
+        return all(results)

@@ -5,34 +5,39 @@ per rank (``engine="<rank>"``), which this view adds up: requests running and wa
 KV-cache usage the mean over the ranks, and the longest cached prefix any rank holds (a precise
 prefix-cache scorer indexes every rank's KV events under the pod).
 
-The rank is then the API server's choice (:class:`~llmsim.engine.data_parallel.InternalLoadBalancer`,
-vLLM's rule). Its snapshots of the ranks' loads come from the coordinator every
-:data:`~llmsim.engine.data_parallel.STATS_UPDATE_INTERVAL`; NOTE: here a snapshot is taken at the
-first request routed at or after each tick, of the ranks' state then, rather than at the tick
-(the same cadence, a few milliseconds fresher), so an idle replica costs nothing between requests.
+The rank is then the API server's choice: :class:`~llmsim.engine.data_parallel.RankBalancer`, the
+rule the live server uses, fed the ranks' live figures at the fleet's current instant.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from llmsim.engine.data_parallel import STATS_UPDATE_INTERVAL, InternalLoadBalancer
+from llmsim.engine.data_parallel import RankBalancer
 from llmsim.fleet.prompt import Prompt
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.replica_view import ReplicaView
+from llmsim.types import EngineSnapshot
 
 
 class DataParallelServer(ReplicaView):
     """The ranks of one replica as one endpoint, and the rank choice of its API server."""
 
-    __slots__ = ("balancer", "next_snapshot", "ranks")
+    __slots__ = ("_now", "_passed", "balancer", "ranks")
 
     def __init__(self, ranks: Sequence[Replica]) -> None:
         super().__init__(ranks[0].block_size)
         self.ranks = list(ranks)
-        self.balancer = InternalLoadBalancer(len(self.ranks))
-        self.next_snapshot = 0.0
+        # The fleet's instant, and whether each rank's step starting then has started (set by pick).
+        self._now = 0.0
+        self._passed: Sequence[bool] = [False] * len(self.ranks)
+        self.balancer = RankBalancer([self._reader(r) for r in range(len(self.ranks))], self._clock)
+
+    def _clock(self) -> float:
+        return self._now
+
+    def _reader(self, r: int) -> _RankReader:
+        return _RankReader(self, r)
 
     def refresh(self) -> None:
         """Sum the ranks' scraped figures (after the fleet brought each rank's view to now)."""
@@ -52,17 +57,20 @@ class DataParallelServer(ReplicaView):
     def pick(self, now: float, passed: Sequence[bool]) -> int:
         """The rank (0-based, within this replica) the API server sends a request to at ``now``;
         ``passed[r]``: whether rank ``r``'s step starting now has started (see ``FleetSimulation``)."""
-        balancer = self.balancer
-        if now >= self.next_snapshot:
-            for r, rank in enumerate(self.ranks):
-                waiting, running, kv = rank.live_load(now, passed[r])
-                balancer.snapshot(r, waiting, running, kv)
-            # The next tick after now, computed from its index (float rounding either way).
-            tick = math.floor(now / STATS_UPDATE_INTERVAL) + 1
-            while tick * STATS_UPDATE_INTERVAL <= now:
-                tick += 1
-            self.next_snapshot = tick * STATS_UPDATE_INTERVAL
-        return balancer.pick()
+        self._now = now
+        self._passed = passed
+        return self.balancer.pick()
 
-    def finished(self, rank: int) -> None:
-        self.balancer.finished(rank)
+
+class _RankReader:
+    """One rank's live figures at the server's current instant (the balancer's snapshot callable)."""
+
+    __slots__ = ("rank", "server")
+
+    def __init__(self, server: DataParallelServer, rank: int) -> None:
+        self.server = server
+        self.rank = rank
+
+    def __call__(self) -> EngineSnapshot:
+        server = self.server
+        return server.ranks[self.rank].live_snapshot(server._now, server._passed[self.rank])

@@ -37,7 +37,7 @@ from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import BlockHasher, Prompt
 from llmsim.fleet.replica_view import ReplicaView
 from llmsim.fleet.workload import FleetRequest
-from llmsim.types import RequestId
+from llmsim.types import EngineSnapshot, RequestId
 
 
 class Replica(ReplicaView):
@@ -222,12 +222,11 @@ class Replica(ReplicaView):
         if prefix_cache:
             self._sync(now, passed)
 
-    def live_load(self, now: float, passed: bool = False) -> tuple[int, int, float]:
-        """(waiting, running, KV-cache usage) as the replica's scheduler reports them at ``now``, live
-        (what a data-parallel coordinator's snapshot reads); the router's view is settled first."""
+    def live_snapshot(self, now: float, passed: bool = False) -> EngineSnapshot:
+        """The scheduler's live figures at ``now`` (what a data-parallel API server reads of its
+        ranks); the router's view is settled first."""
         self.observe(now, passed, prefix_cache=True)
-        sched = self.scheduler
-        return len(sched.waiting) + len(self.inbox), len(sched.running), sched.kv.usage
+        return self.scheduler.snapshot(len(self.inbox))
 
     def cached_prefix_tokens(self, prompt: Prompt) -> int:
         """Tokens at the start of ``prompt`` this replica's prefix cache holds (whole blocks), as of

@@ -110,8 +110,6 @@ class FleetSimulation:
         self.groups: list[tuple[str, str]] = []
         self.endpoints: list[ReplicaView] = []
         self.servers: list[DataParallelServer] = []
-        # Per simulated GPU: the data-parallel replica whose API server routes to it, and its rank there.
-        self.server_of: list[tuple[DataParallelServer, int] | None] = []
         # One memo of prompts' block identities per block size, shared by the replicas of that size.
         hashers: dict[int, BlockHasher] = {}
         for group in fleet.groups:
@@ -145,12 +143,10 @@ class FleetSimulation:
                     ranks.append(replica)
                     if not balanced:
                         self.endpoints.append(replica)
-                        self.server_of.append(None)
                 if balanced:
                     server = DataParallelServer(ranks)
                     self.endpoints.append(server)
                     self.servers.append(server)
-                    self.server_of.extend((server, r) for r in range(len(ranks)))
         self.router = build_router(fleet.router, self.endpoints, rng)
         requests = workload.requests
         n = len(requests)
@@ -351,9 +347,6 @@ class FleetSimulation:
         for seq in ended:
             i = int(seq.request_id)
             self._record(i, seq)
-            served = self.server_of[self.replica_of[i]]
-            if served is not None:
-                served[0].finished(served[1])
             self.in_flight -= 1
             if self.followers:
                 self._release_followers(i, now)

@@ -6,7 +6,7 @@ stats; :class:`KVEventStream` (an engine observer, wired in runtime.py) encodes 
 events as one batch (:mod:`.wire`) and sends it on a ZMQ PUB socket (:mod:`.publisher`).
 """
 
-from llmsim.kv_events.publisher import KVEventStream, ZmqPublisher
+from llmsim.kv_events.publisher import KVEventStream, ZmqPublisher, offset_endpoint_port
 from llmsim.kv_events.wire import EventFormat, encode_batch
 
-__all__ = ["EventFormat", "KVEventStream", "ZmqPublisher", "encode_batch"]
+__all__ = ["EventFormat", "KVEventStream", "ZmqPublisher", "encode_batch", "offset_endpoint_port"]

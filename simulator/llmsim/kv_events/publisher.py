@@ -25,7 +25,7 @@ import zmq
 from llmsim.kv_events.wire import EventFormat, encode_batch
 from llmsim.types import RequestStats, StepStats
 
-__all__ = ["KVEventStream", "ZmqPublisher", "binds"]
+__all__ = ["KVEventStream", "ZmqPublisher", "binds", "offset_endpoint_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,26 @@ logger = logging.getLogger(__name__)
 def binds(endpoint: str) -> bool:
     """vLLM's rule: bind when the endpoint names no peer (``*``, ``::``, ipc, inproc), else connect."""
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
+def offset_endpoint_port(endpoint: str, data_parallel_rank: int) -> str:
+    """vLLM's per-rank endpoint: a tcp port moved up by the rank, an ipc/inproc name suffixed ``_dp<rank>``.
+
+    As ``ZmqEventPublisher.offset_endpoint_port``: rank 0 keeps the endpoint as given. Raises
+    ValueError for an endpoint without a port to move (vLLM's "Invalid endpoint").
+    """
+    if data_parallel_rank == 0:
+        return endpoint
+    if "inproc" in endpoint or endpoint.startswith("ipc://"):
+        return f"{endpoint}_dp{data_parallel_rank}"
+    if "tcp" in endpoint and ":" in endpoint:
+        base, _, port = endpoint.rpartition(":")
+        if port.isdigit():
+            moved = int(port) + data_parallel_rank
+            if moved > 65_535:
+                raise ValueError(f"KV event endpoint port exceeds 65535 for rank {data_parallel_rank}")
+            return f"{base}:{moved}"
+    raise ValueError(f"cannot give data-parallel rank {data_parallel_rank} its own endpoint: {endpoint!r} has no port")
 
 
 class ZmqPublisher:
@@ -99,6 +119,8 @@ class KVEventStream:
         ``"map"`` (vLLM now) or ``"array"`` (vLLM up to 0.23); see :mod:`.wire`.
     wall_clock:
         Timestamp source for batches (vLLM stamps ``time.time()`` when it publishes).
+    data_parallel_rank:
+        The engine's rank (global), the batch's third field.
     """
 
     def __init__(
@@ -109,7 +131,9 @@ class KVEventStream:
         model: str,
         event_format: EventFormat = "map",
         wall_clock: Callable[[], float] = time.time,
+        data_parallel_rank: int = 0,
     ) -> None:
+        self.data_parallel_rank = data_parallel_rank
         self.publisher = publisher
         self.topic = topic.replace("{model}", model).replace("{pod_ip}", os.environ.get("POD_IP", "127.0.0.1"))
         self._topic = self.topic.encode()
@@ -121,7 +145,9 @@ class KVEventStream:
         events = stats.kv_events
         if not events:
             return  # vLLM publishes a batch only for a step that produced events
-        payload = encode_batch(events, self._clock(), event_format=self._format)
+        payload = encode_batch(
+            events, self._clock(), event_format=self._format, data_parallel_rank=self.data_parallel_rank
+        )
         self.publisher.send(self._topic, next(self._seq), payload)
 
     def on_first_token(self, ttft: float) -> None:

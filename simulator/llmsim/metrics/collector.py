@@ -22,14 +22,14 @@ def _histogram(family: f.Family[Histogram], models: Iterable[ModelMetrics]) -> H
     for m in models:
         h = family.of(m)
         buckets = list(zip(f.le_labels(h.bounds), h.cumulative(), strict=True))
-        out.add_metric([m.name, f.ENGINE], buckets=buckets, sum_value=h.sum)
+        out.add_metric([m.name, m.engine], buckets=buckets, sum_value=h.sum)
     return out
 
 
 def _counter(family: f.Family[int], models: Iterable[ModelMetrics]) -> CounterMetricFamily:
     out = CounterMetricFamily(family.name, family.doc, labels=f.LABELS)
     for m in models:
-        out.add_metric([m.name, f.ENGINE], family.of(m))
+        out.add_metric([m.name, m.engine], family.of(m))
     return out
 
 
@@ -48,7 +48,7 @@ class VllmCollector(Collector):
         legacy_usage = GaugeMetricFamily(*f.LEGACY_KV_USAGE, labels=f.LABELS)
         for m in models:
             snap = m.snapshot()
-            labels = [m.name, f.ENGINE]
+            labels = [m.name, m.engine]
             running.add_metric(labels, snap.num_running)
             waiting.add_metric(labels, snap.num_waiting)
             kv = f.kv_usage(snap.kv_used_blocks, snap.kv_total_blocks)
@@ -64,7 +64,7 @@ class VllmCollector(Collector):
             info = GaugeMetricFamily(*f.CACHE_CONFIG, labels=(*f.LABELS, *keys))
             for m in with_cache:
                 config = m.cache_config or {}
-                info.add_metric([m.name, f.ENGINE, *(config.get(k, "") for k in keys)], 1)
+                info.add_metric([m.name, m.engine, *(config.get(k, "") for k in keys)], 1)
             yield info
         with_lora = [m for m in models if m.max_lora is not None]
         if with_lora:
@@ -72,21 +72,21 @@ class VllmCollector(Collector):
             for m in with_lora:
                 snap = m.snapshot()
                 on, queued = f.lora_adapter_labels(snap.running_lora_adapters, snap.waiting_lora_adapters)
-                lora_info.add_metric([m.name, f.ENGINE, str(m.max_lora), on, queued], m.wall_clock())
+                lora_info.add_metric([m.name, m.engine, str(m.max_lora), on, queued], m.wall_clock())
             yield lora_info
         for counter in f.COUNTERS:
             yield _counter(counter, models)
         success = CounterMetricFamily(*f.SUCCESS, labels=(*f.LABELS, "finished_reason"))
         for m in models:
             for reason, n in m.requests.items():
-                success.add_metric([m.name, f.ENGINE, str(reason)], n)
+                success.add_metric([m.name, m.engine, str(reason)], n)
         yield success
         for histogram in f.HISTOGRAMS:
             yield _histogram(histogram, models)
         faults = CounterMetricFamily(*f.FAULTS, labels=(*f.LABELS, "kind"))
         for m in models:
             for kind, n in m.faults_injected.items():
-                faults.add_metric([m.name, f.ENGINE, kind], n)
+                faults.add_metric([m.name, m.engine, kind], n)
         yield faults
         if legacy:
             for counter in f.LEGACY_COUNTERS:

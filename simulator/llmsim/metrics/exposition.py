@@ -40,7 +40,7 @@ class _ModelLines:
     __slots__ = ("buckets", "counts", "faults", "label_str", "plain", "success", "sums")
 
     def __init__(self, m: ModelMetrics) -> None:
-        base = {"model_name": m.name, "engine": f.ENGINE}
+        base = {"model_name": m.name, "engine": m.engine}
         self.label_str = _labels(base)
         names = [g[0] for g in (f.RUNNING, f.WAITING, f.KV_USAGE, f.LEGACY_KV_USAGE)]
         names += [c.name + "_total" for c in (*f.COUNTERS, *f.LEGACY_COUNTERS)]
@@ -65,13 +65,14 @@ class Exposition:
 
     def __init__(self, models: Callable[[], Iterable[ModelMetrics]]) -> None:
         self._models = models
-        self._lines: dict[str, tuple[ModelMetrics, _ModelLines]] = {}
+        self._lines: dict[tuple[str, str], tuple[ModelMetrics, _ModelLines]] = {}
         self._info = _header(*f.INFO, "gauge") + f'llmsim_info{{version="{_escape(__version__)}"}} 1.0\n'
 
     def _lines_of(self, m: ModelMetrics) -> _ModelLines:
-        cached = self._lines.get(m.name)
+        key = (m.name, m.engine)
+        cached = self._lines.get(key)
         if cached is None or cached[0] is not m:
-            cached = self._lines[m.name] = (m, _ModelLines(m))
+            cached = self._lines[key] = (m, _ModelLines(m))
         return cached[1]
 
     def render(self) -> bytes:
@@ -105,7 +106,7 @@ class Exposition:
             add(_header(*f.CACHE_CONFIG, "gauge"))
             for m in with_cache:
                 config = m.cache_config or {}
-                pairs = {"model_name": m.name, "engine": f.ENGINE} | {k: config.get(k, "") for k in keys}
+                pairs = {"model_name": m.name, "engine": m.engine} | {k: config.get(k, "") for k in keys}
                 add(f"{f.CACHE_CONFIG[0]}{{{_labels(pairs)}}} 1.0\n")
         with_lora = [m for m, _ in models if m.max_lora is not None]
         if with_lora:
@@ -113,7 +114,7 @@ class Exposition:
             for m in with_lora:
                 snap = m.snapshot()
                 on, queued = f.lora_adapter_labels(snap.running_lora_adapters, snap.waiting_lora_adapters)
-                lora_pairs = {"model_name": m.name, "engine": f.ENGINE, "max_lora": str(m.max_lora)}
+                lora_pairs = {"model_name": m.name, "engine": m.engine, "max_lora": str(m.max_lora)}
                 lora_pairs |= {"running_lora_adapters": on, "waiting_lora_adapters": queued}
                 add(f"{f.LORA_INFO[0]}{{{_labels(lora_pairs)}}} {f.go_float(m.wall_clock())}\n")
         self._counters(out, f.COUNTERS, models)

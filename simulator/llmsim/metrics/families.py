@@ -17,9 +17,8 @@ from prometheus_client import utils as prometheus_utils
 from llmsim.metrics.histogram import Histogram
 from llmsim.metrics.model import ModelMetrics
 
-#: vLLM's per-model labels; ``engine`` is the data-parallel rank, always 0 here.
+#: vLLM's per-engine labels; ``engine`` is the data-parallel rank (``ModelMetrics.engine``).
 LABELS = ("model_name", "engine")
-ENGINE = "0"
 
 T = TypeVar("T")
 

@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from llmsim.metrics.collector import VllmCollector
 from llmsim.metrics.exposition import Exposition
+from llmsim.metrics.latency_summary import LatencySummary
 from llmsim.metrics.model import ModelMetrics, Snapshot
 
 
@@ -24,14 +25,23 @@ class MetricsHub:
     """
 
     def __init__(self) -> None:
-        self._models: dict[str, ModelMetrics] = {}
+        # Every engine's metrics in page order; a model with several data-parallel ranks has one per rank.
+        self._engines: list[ModelMetrics] = []
+        # Model name -> its ranks' metrics, in rank order.
+        self._ranks: dict[str, list[ModelMetrics]] = {}
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(VllmCollector(self._models.values))
-        self._exposition = Exposition(self._models.values)
+        self.registry.register(VllmCollector(self._engines.copy))
+        self._exposition = Exposition(self._engines.copy)
 
     @property
     def models(self) -> Mapping[str, ModelMetrics]:
-        return self._models
+        """Each model's first (or only) rank's metrics."""
+        return {name: ranks[0] for name, ranks in self._ranks.items()}
+
+    @property
+    def ranks(self) -> Mapping[str, list[ModelMetrics]]:
+        """Each model's metrics per data-parallel rank, in rank order."""
+        return self._ranks
 
     def add_model(
         self,
@@ -42,6 +52,7 @@ class MetricsHub:
         cache_config: Mapping[str, str] | None = None,
         legacy_metrics: bool = False,
         max_lora: int | None = None,
+        engine: int = 0,
     ) -> ModelMetrics:
         """Register a served model; the result is its engine observer and its lag sink.
 
@@ -55,9 +66,12 @@ class MetricsHub:
             None for engines without a KV cache, which then have no such series.
         legacy_metrics: also expose deprecated vLLM names for this model.
         max_lora: the model's max_loras when LoRA is on: it then has a ``vllm:lora_requests_info`` series.
+        engine: the data-parallel rank (global) these metrics are of: label ``engine``. A model's
+            ranks are added in rank order.
         """
-        if name in self._models:
-            raise ValueError(f"model {name!r} already has metrics")
+        ranks = self._ranks.setdefault(name, [])
+        if any(m.engine == str(engine) for m in ranks):
+            raise ValueError(f"model {name!r} already has metrics for engine {engine}")
         metrics = ModelMetrics(
             name,
             max_model_len=max_model_len,
@@ -65,8 +79,10 @@ class MetricsHub:
             cache_config=cache_config,
             legacy_metrics=legacy_metrics,
             max_lora=max_lora,
+            engine=engine,
         )
-        self._models[name] = metrics
+        ranks.append(metrics)
+        self._engines.append(metrics)
         return metrics
 
     def render(self) -> bytes:
@@ -79,10 +95,18 @@ class MetricsHub:
         return self._exposition.render()
 
     def summary(self) -> dict[str, Any]:
-        return {"models": {name: m.summary.to_json() for name, m in self._models.items()}}
+        """Per model; a model with several data-parallel ranks: its ranks merged, and each under ``ranks``."""
+        out: dict[str, Any] = {}
+        for name, ranks in self._ranks.items():
+            if len(ranks) == 1:
+                out[name] = ranks[0].summary.to_json()
+                continue
+            out[name] = LatencySummary.merged([m.summary for m in ranks]).to_json()
+            out[name]["ranks"] = {m.engine: m.summary.to_json() for m in ranks}
+        return {"models": out}
 
     def reset_summary(self) -> None:
-        for m in self._models.values():
+        for m in self._engines:
             m.reset_summary()
 
     def routes(self) -> list[Route]:

@@ -19,6 +19,9 @@ def _stats(sketch: QuantileSketch) -> dict[str, float | int | None]:
     return out
 
 
+_SKETCHES = ("ttft", "itl", "e2e", "queue_time", "step_duration", "batch_size", "lag", "step_lag")
+
+
 class LatencySummary:
     """Resettable counts and sketches (unlike Prometheus counters, which never go back)."""
 
@@ -52,6 +55,20 @@ class LatencySummary:
         # The simulator's own error: release - simulated deadline, seconds.
         self.lag = QuantileSketch()
         self.step_lag = QuantileSketch()
+
+    @classmethod
+    def merged(cls, summaries: list[LatencySummary]) -> LatencySummary:
+        """One summary of several (a model's data-parallel ranks): counts added, sketches merged."""
+        out = cls()
+        for s in summaries:
+            for reason, n in s.requests.items():
+                out.requests[reason] += n
+            out.prompt_tokens += s.prompt_tokens
+            out.generation_tokens += s.generation_tokens
+            out.preemptions += s.preemptions
+            for name in _SKETCHES:
+                getattr(out, name).merge(getattr(s, name))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {

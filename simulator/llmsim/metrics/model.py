@@ -39,8 +39,11 @@ class ModelMetrics:
         cache_config: Mapping[str, str] | None = None,
         legacy_metrics: bool = False,
         max_lora: int | None = None,
+        engine: int = 0,
     ) -> None:
         self.name = name
+        # vLLM's ``engine`` label: the data-parallel rank (global) whose engine this is.
+        self.engine = str(engine)
         self.legacy_metrics = legacy_metrics
         # vLLM's max_loras when LoRA is on (then vllm:lora_requests_info is exported), else None.
         self.max_lora = max_lora

@@ -116,6 +116,18 @@ class QuantileSketch:
         self.count += n
         self.min, self.max = lo, hi
 
+    def merge(self, other: QuantileSketch) -> None:
+        """Add ``other``'s values (same accuracy): the sketch of both sets (several data-parallel ranks)."""
+        if other._gamma != self._gamma or other._min_value != self._min_value:
+            raise ValueError("only sketches of the same accuracy merge")
+        for mine, theirs in ((self._pos, other._pos), (self._neg, other._neg)):
+            for k, n in theirs.items():
+                mine[k] = mine.get(k, 0) + n
+        self._zero += other._zero
+        self.count += other.count
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
     @property
     def num_buckets(self) -> int:
         return len(self._pos) + len(self._neg) + (1 if self._zero else 0)
