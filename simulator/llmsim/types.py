@@ -215,6 +215,10 @@ class StepStats:
     # tokens); re-admissions after preemption are not counted.
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    # The KV connector's lookups (replicas with kv_transfer only), counted at the same moment:
+    # queries = prompt tokens, hits = tokens to pull (vLLM's connector_prefix_cache_stats).
+    external_prefix_cache_queries: int = 0
+    external_prefix_cache_hits: int = 0
     # KV-cache events of the step (only when the engine records them), in the order they happened.
     kv_events: list[KVCacheEvent] = field(default_factory=list)
 
@@ -238,6 +242,9 @@ class RequestStats:
     token_times: list[float] = field(default_factory=list)
     # Prompt tokens found in the prefix cache at admission (vLLM's num_cached_tokens).
     num_cached_tokens: int = 0
+    # Of those, tokens whose KV was pulled from a prefill replica (vLLM's
+    # num_external_computed_tokens; disaggregated prefill/decode's decode leg).
+    num_external_tokens: int = 0
 
     @property
     def queue_time(self) -> float:

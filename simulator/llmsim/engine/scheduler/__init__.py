@@ -14,6 +14,35 @@ Three tiers, dependencies pointing down only:
 
 Pure and deterministic: no I/O, no randomness.
 
+Disaggregated prefill/decode (vLLM's NIXL connector; ``SchedulerParams.kv_link`` set, models.yml's
+``kv_transfer``). A request is one of two legs, marked on its :class:`Sequence`:
+
+- a *prefill leg* (``remote_decode=True``, vLLM's ``do_remote_decode``) is scheduled as any other
+  (prefix caching included) and, when it finishes with reason ``length`` (its one token), its
+  blocks stay allocated in ``Scheduler.held`` (seq -> deadline), counted in KV usage and
+  admission, until ``release_held(seq)`` (its decode partner pulled them) or
+  ``expire_held(now)`` frees them at ``finished + kv_abort_timeout_s``
+  (``next_held_expiry()`` says when the first is due);
+- a *decode leg* (``remote_prefill=True``, vLLM's ``do_remote_prefill``) is admitted as any other
+  (its local prefix hits, then blocks for its whole prompt) but computes nothing: it waits in
+  ``Scheduler.receiving`` (status WAITING_FOR_REMOTE_KVS, counted as waiting) while the rest of
+  its prompt (``num_external_tokens`` tokens x ``kv_bytes_per_token`` bytes) crosses the link
+  (``Scheduler.link``, a :class:`KVLink`: pulls queue). ``kv_ready_time`` is when its last byte
+  has arrived; the first step starting at or after it finds it ready (``next_pull_time()``), puts
+  it back at the front of the waiting queue with all but its last prompt token computed, and it
+  recomputes that token (one prefill token) and decodes. ``SchedulerOutput.pulls`` lists the legs
+  whose pull started in a step, ``.received`` those whose pull completed (the moment a driver
+  frees the prefill side: ``release_held`` there). A pull the prefill side cannot serve ends in
+  ``fail_pull(seq, now, recompute)`` (vLLM's ``kv_load_failure_policy``). A live driver may hold a
+  pull back until the prefill side confirms its blocks (``kv_pull_confirmed``).
+
+Counting, as vLLM: ``num_external_tokens`` and ``num_cached_tokens`` (all but the last prompt token
+for a decode leg) reach :class:`~llmsim.types.RequestStats`; ``StepStats`` carries the
+connector's lookups (``external_prefix_cache_queries/hits``: prompt tokens at first admission on
+any replica with a link; tokens to pull). A driver with nothing runnable steps to the earliest of
+``next_pull_time()``, ``next_held_expiry()`` and its next arrival (a step may be empty while held
+or pulling blocks leave no room).
+
 Mirrored rules: six rules live in two places each, the copy kept for speed: each sits in a loop
 run once per sequence per step (or per run, or per request). Each pair has a fast test in
 ``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
@@ -34,6 +63,7 @@ from llmsim.engine.scheduler.block_hash import hash_blocks
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.driver import SchedulerEngine
 from llmsim.engine.scheduler.kv_cache import KVCache
+from llmsim.engine.scheduler.kv_link import KVLink, KVLinkSpec
 from llmsim.engine.scheduler.params import (
     GpuSpec,
     LoraParams,
@@ -51,6 +81,8 @@ __all__ = [
     "CostModel",
     "GpuSpec",
     "KVCache",
+    "KVLink",
+    "KVLinkSpec",
     "LoraParams",
     "ModelSpec",
     "Percentiles",

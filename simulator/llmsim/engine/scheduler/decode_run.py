@@ -677,7 +677,7 @@ class DecodeRun(Generic[S]):
         for p in done:
             seq = self.seqs[p]
             self._bring(p, j + 1, j + 1, times)
-            sched.kv.free(seq)
+            sched.finish_blocks(seq, end)
             del active[p]
             # It allocates no more: out of its residue's lists (parallel, in batch order).
             r = -self._c0[p] % bs

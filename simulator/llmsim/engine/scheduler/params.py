@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import llmsim_capacity
+from llmsim.engine.scheduler.kv_link import KVLinkSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,11 @@ class SchedulerParams:
     # while running sequences keep the GPU busy joins one step later than with synchronous
     # scheduling. Off here (the plain timeline); runtime.py turns it on, as vLLM does by default since late 2025.
     async_scheduling: bool = False
+    # Disaggregated prefill/decode (models.yml's kv_transfer; None: not part of such a fleet):
+    # the link a decode leg's pull crosses, and how long a prefill leg's blocks wait for a pull
+    # before they are freed anyway (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+    kv_link: KVLinkSpec | None = None
+    kv_abort_timeout_s: float = 480.0
 
     def __post_init__(self) -> None:
         ints = {
@@ -120,6 +126,8 @@ class SchedulerParams:
             raise ValueError(f"request_overhead_s must be >= 0, got {self.request_overhead_s}")
         if self.gpu.memory_bandwidth <= 0 or self.gpu.peak_flops <= 0:
             raise ValueError("GPU bandwidth and peak FLOP/s must be > 0")
+        if not self.kv_abort_timeout_s > 0:
+            raise ValueError(f"kv_abort_timeout_s must be > 0, got {self.kv_abort_timeout_s}")
         if self.model.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be >= 1, got {self.model.kv_bytes_per_token}")
 

@@ -32,8 +32,11 @@ Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_c
   it hides (``step_overhead_s`` is the per-step cost as measured on such a server), the blocks of
   a finished request returning to the pool one step late, and the wasted decode slot of a request
   that stops on an end-of-sequence token. See docs/routing.md.
-- No speculative decoding, encoder inputs, priority policy, cache salts, KV connectors or
-  ``long_prefill_token_threshold``.
+- No speculative decoding, encoder inputs, priority policy, cache salts or
+  ``long_prefill_token_threshold``. One KV connector: disaggregated prefill/decode's pull, as
+  NIXL does it (see the package docstring); a decode leg's pull starts at its admission and is
+  ready for the first step starting after its last byte arrived (vLLM's worker reports finished
+  receives after a step, so its request joins one step later at most).
 - The whole-sequence admission check is vLLM's ``scheduler_reserve_full_isl`` (default on in
   recent releases; older V1 releases checked only the first chunk). As in vLLM, the watermark is
   applied only while some sequence is running, so a lone request is never kept out by it.
@@ -48,6 +51,7 @@ Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_c
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Generic, TypeVar
@@ -55,13 +59,15 @@ from typing import Generic, TypeVar
 from llmsim.engine.scheduler.block_hash import BlockHash
 from llmsim.engine.scheduler.cost_model import CostModel
 from llmsim.engine.scheduler.kv_cache import KVCache
+from llmsim.engine.scheduler.kv_link import KVLink
 from llmsim.engine.scheduler.params import SchedulerParams, check_context_fits, num_kv_blocks
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.types import EngineSnapshot, StepStats
+from llmsim.types import EngineSnapshot, FinishReason, StepStats
 
 S = TypeVar("S", bound=Sequence)
 
 _WAITING = SequenceStatus.WAITING
+_REMOTE = SequenceStatus.WAITING_FOR_REMOTE_KVS
 _PREEMPTED = SequenceStatus.PREEMPTED
 _RUNNING = SequenceStatus.RUNNING
 _FINISHED = SequenceStatus.FINISHED
@@ -73,6 +79,8 @@ class SchedulerOutput(Generic[S]):
 
     # A plain class rather than a dataclass: mypyc cannot compile a generic dataclass (see setup.py).
     __slots__ = (
+        "external_prefix_cache_hits",
+        "external_prefix_cache_queries",
         "index",
         "kv_used_blocks",
         "num_context_tokens",
@@ -82,6 +90,8 @@ class SchedulerOutput(Generic[S]):
         "preempted",
         "prefix_cache_hits",
         "prefix_cache_queries",
+        "pulls",
+        "received",
         "scheduled",
     )
 
@@ -102,6 +112,15 @@ class SchedulerOutput(Generic[S]):
         self.prefix_cache_hits = 0
         # LoRA adapters the step had to load (each costs LoraParams.load_s).
         self.num_lora_loads = 0
+        # The KV connector's lookups (kv_link set): prompt tokens, and tokens to pull.
+        self.external_prefix_cache_queries = 0
+        self.external_prefix_cache_hits = 0
+        # Decode legs whose pull started in this step (now WAITING_FOR_REMOTE_KVS, holding their
+        # blocks, ``kv_ready_time`` set), and those whose pull completed by its start (now
+        # waiting to recompute their last prompt token). A live driver tells the prefill replica
+        # to free a received leg's blocks.
+        self.pulls: list[S] = []
+        self.received: list[S] = []
 
     @property
     def num_tokens(self) -> int:
@@ -207,6 +226,15 @@ class Scheduler(Generic[S]):
         self.itl_gaps: ItlGaps | None = None
         self._max_batch_tokens = params.max_batch_tokens
         self._max_num_sequences = params.max_num_sequences
+        # Disaggregated prefill/decode (see the package docstring). The link decode legs' pulls
+        # queue on; None: no KV connector (no pulls, no external prefix stats).
+        self.link: KVLink | None = KVLink(params.kv_link) if params.kv_link is not None else None
+        # Decode legs in WAITING_FOR_REMOTE_KVS, in the order their pulls started.
+        self.receiving: list[S] = []
+        # Finished prefill legs whose blocks wait for a pull -> when they are freed anyway.
+        # Insertion order is finishing order, and every leg waits the same timeout, so the
+        # first entries are the first to expire.
+        self.held: dict[S, float] = {}
 
     # -- requests -------------------------------------------------------------------------
 
@@ -235,12 +263,15 @@ class Scheduler(Generic[S]):
         return True
 
     def abort(self, seq: S, now: float) -> bool:
-        """End ``seq`` wherever it is and free its blocks at once; False if it had already ended."""
+        """End ``seq`` wherever it is and free its blocks at once; False if it had already ended
+        (a finished prefill leg's held blocks stay held: :meth:`release_held` frees them)."""
         status = seq.status
         if status >= _FINISHED:
             return False
         if status is _RUNNING:
             self.running.remove(seq)
+        elif status is _REMOTE:
+            self.receiving.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.kv.free(seq)
@@ -250,6 +281,105 @@ class Scheduler(Generic[S]):
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
+
+    # -- disaggregated prefill/decode -----------------------------------------------------
+
+    def next_pull_time(self) -> float:
+        """When the earliest confirmed pull in flight completes (inf: none)."""
+        return min((s.kv_ready_time for s in self.receiving if s.kv_pull_confirmed), default=math.inf)
+
+    def next_held_expiry(self) -> float:
+        """When the first held prefill leg's blocks are freed for want of a pull (inf: none held)."""
+        for deadline in self.held.values():
+            return deadline
+        return math.inf
+
+    def release_held(self, seq: S) -> bool:
+        """A decode replica has pulled ``seq``'s blocks: free them. False if they were not held
+        (already pulled, or freed at the timeout)."""
+        if self.held.pop(seq, None) is None:
+            return False
+        self.kv.free(seq)
+        return True
+
+    def expire_held(self, now: float) -> list[S]:
+        """Free the blocks of every held prefill leg whose timeout has passed by ``now`` (vLLM frees
+        them when VLLM_NIXL_ABORT_REQUEST_TIMEOUT passes without a pull); returns those legs."""
+        held = self.held
+        expired: list[S] = []
+        for seq, deadline in held.items():
+            if deadline > now:
+                break
+            expired.append(seq)
+        for seq in expired:
+            del held[seq]
+            self.kv.free(seq)
+        return expired
+
+    def fail_pull(self, seq: S, now: float, recompute: bool) -> bool:
+        """The prefill replica cannot give ``seq``'s blocks (unreachable, restarted, freed them at
+        its timeout). vLLM's ``kv_load_failure_policy``: ``recompute`` prefills the prompt here
+        instead (True returned: the sequence goes on); ``fail`` ends it with finish reason
+        ``error`` (False returned, status FINISHED). A sequence that already ended is left alone."""
+        status = seq.status
+        if status >= _FINISHED:
+            return False
+        seq.remote_prefill = False
+        if status is _REMOTE:
+            self.receiving.remove(seq)
+            self.kv.free(seq)
+            seq.num_computed_tokens = 0
+            seq.num_external_tokens = 0
+            seq.kv_ready_time = math.inf
+            seq.status = _WAITING
+            self.waiting.appendleft(seq)
+        if recompute or status is _RUNNING:
+            # A running one had its pull complete already: nothing left to fail.
+            return True
+        if seq in self.waiting:  # (a live driver's inbox may still hold it)
+            self.waiting.remove(seq)
+        seq.finish_reason = FinishReason.ERROR
+        seq.status = _FINISHED
+        seq.finished_time = now
+        return False
+
+    def _promote_received(self, out: SchedulerOutput[S], now: float) -> None:
+        """Decode legs whose pull has completed by ``now`` go back to the front of the waiting queue,
+        their whole prompt computed but the last token, which they recompute for its logits (vLLM's
+        ``_update_waiting_for_remote_kv``; vLLM puts skipped waiting requests back at the front)."""
+        ready = [s for s in self.receiving if s.kv_pull_confirmed and s.kv_ready_time <= now]
+        if not ready:
+            return
+        self.receiving = [s for s in self.receiving if not (s.kv_pull_confirmed and s.kv_ready_time <= now)]
+        for seq in reversed(ready):
+            computed = seq.num_prompt_tokens - 1
+            seq.num_computed_tokens = computed
+            # vLLM's num_cached_tokens: what the request's first scheduled step found computed.
+            seq.num_cached_tokens = computed
+            seq.remote_prefill = False  # one pull per request (a preempted leg recomputes locally)
+            seq.status = _WAITING
+            self.waiting.appendleft(seq)
+        out.received = ready
+
+    def _start_pull(self, out: SchedulerOutput[S], seq: S, hits: list[int], now: float) -> None:
+        """Admit decode leg ``seq``: its local prefix hits, then blocks for the rest of its prompt,
+        which it pulls (vLLM's ``get_num_new_matched_tokens`` + ``update_state_after_alloc``). It
+        takes no budget and no running slot while it waits."""
+        kv = self.kv
+        kv.take_cached(seq, hits)
+        external = seq.num_prompt_tokens - len(hits) * kv.block_size
+        allocated = kv.allocate_slots(seq, external)
+        assert allocated, "the whole sequence fits, so its prompt does"
+        seq.num_external_tokens = external
+        num_bytes = external * self.params.model.kv_bytes_per_token
+        link = self.link
+        seq.kv_ready_time = link.pull(now, num_bytes) if link is not None else now
+        seq.status = _REMOTE
+        if seq.scheduled_time is None:
+            seq.scheduled_time = now
+        self.receiving.append(seq)
+        out.pulls.append(seq)
+        out.external_prefix_cache_hits += external
 
     def load_lora(self, name: str) -> None:
         """Load adapter ``name`` on the worker now (vLLM's ``add_lora``: startup and runtime loads)."""
@@ -292,7 +422,7 @@ class Scheduler(Generic[S]):
         running, waiting = self.lora_adapters(inbox) if self._max_loras else ((), ())
         return EngineSnapshot(
             num_running=len(self.running),
-            num_waiting=num_inbox + len(self.waiting),
+            num_waiting=num_inbox + len(self.waiting) + len(self.receiving),
             kv_used_blocks=kv.num_used,
             kv_total_blocks=kv.num_usable_blocks,
             running_lora_adapters=running,
@@ -305,6 +435,8 @@ class Scheduler(Generic[S]):
         """Decide the next step, which starts at ``now``; advances computed tokens at once (as vLLM)."""
         out: SchedulerOutput[S] = SchedulerOutput(self.num_steps)
         self.num_steps += 1
+        if self.receiving:
+            self._promote_received(out, now)
         budget = self._schedule_running(out, self._max_batch_tokens)
         # vLLM admits nothing in a step that preempted: the freed room is for the survivors.
         if not out.preempted:
@@ -365,6 +497,7 @@ class Scheduler(Generic[S]):
         loras = {s.lora_name for s in running if s.lora_name is not None} if max_loras else set()
         skipped: list[S] = []
         caching = kv.enable_caching
+        connector = self.link is not None
         bs = kv.block_size
         while waiting and budget > 0 and len(running) < self._max_num_sequences:
             seq = waiting[0]
@@ -373,20 +506,39 @@ class Scheduler(Generic[S]):
                 # Not head-of-line: set aside for this step, later requests may still run.
                 skipped.append(waiting.popleft())
                 continue
+            if seq.blocks:
+                # A decode leg whose pull completed: its blocks are held, its last token to compute.
+                waiting.popleft()
+                n = seq.num_tokens - seq.num_computed_tokens
+                if n > budget:
+                    n = budget
+                running.append(seq)
+                if lora is not None:
+                    loras.add(lora)
+                seq.status = _RUNNING
+                self._take(out, seq, n)
+                budget -= n
+                continue
             hits = kv.find_cached_prefix(seq)
             reserve = self.watermark_blocks if running else 0
             if kv.num_blocks_to_admit(seq, hits) + reserve > kv.num_free:
                 break
             waiting.popleft()
-            kv.take_cached(seq, hits)
-            hit_tokens = len(hits) * bs
             if seq.num_preemptions == 0:
                 # vLLM 0.34 records a lookup once, when the request is admitted; a resumed
                 # request's lookup goes to stats it does not export.
-                seq.num_cached_tokens = hit_tokens
                 if caching:
                     out.prefix_cache_queries += seq.num_tokens
-                    out.prefix_cache_hits += hit_tokens
+                    out.prefix_cache_hits += len(hits) * bs
+                if connector:
+                    out.external_prefix_cache_queries += seq.num_tokens
+            if seq.remote_prefill:
+                self._start_pull(out, seq, hits, now)
+                continue
+            kv.take_cached(seq, hits)
+            hit_tokens = len(hits) * bs
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = hit_tokens
             n = seq.num_tokens - hit_tokens
             if n > budget:
                 n = budget
@@ -447,10 +599,20 @@ class Scheduler(Generic[S]):
         assert budget >= 0, "token budget overspent"
         assert out.num_tokens == self._max_batch_tokens - budget, "token accounting is off"
         assert len(self.running) <= self._max_num_sequences, "too many running sequences"
-        assert not self.has_work() or out.scheduled, "work pending but nothing scheduled"
+        # (Held and pulling blocks may leave no room for any waiting request: an empty step.)
+        assert not self.has_work() or out.scheduled or self.held or self.receiving, "work pending but nothing scheduled"
         self.kv.check()
         out.kv_used_blocks = self.kv.num_used
         return out
+
+    def finish_blocks(self, seq: S, now: float) -> None:
+        """``seq`` has finished at ``now``: free its blocks, or hold them for a pull if it is a prefill
+        leg that stopped at its length (vLLM's NIXL ``request_finished`` delays the free only for
+        FINISHED_LENGTH_CAPPED with blocks; any other end frees at once)."""
+        if seq.remote_decode and seq.finish_reason is FinishReason.LENGTH and seq.blocks:
+            self.held[seq] = now + self.params.kv_abort_timeout_s
+        else:
+            self.kv.free(seq)
 
     def step_duration(self, out: SchedulerOutput[S]) -> float:
         """Simulated seconds the step takes: the roofline of its batch, plus adapter loads."""
@@ -505,7 +667,7 @@ class Scheduler(Generic[S]):
                     seq.first_token_time = now
                 released.append(seq)
             if outputs >= seq.max_output_tokens:
-                self.kv.free(seq)
+                self.finish_blocks(seq, now)
                 seq.status = _FINISHED
                 seq.finished_time = now
                 finished.append(seq)
@@ -529,12 +691,14 @@ class Scheduler(Generic[S]):
             num_prefill_tokens=out.num_prefill_tokens,
             num_decode_tokens=out.num_decode_tokens,
             num_running=len(self.running),
-            num_waiting=len(self.waiting),
+            num_waiting=len(self.waiting) + len(self.receiving),
             kv_used_blocks=self.kv.num_used,
             kv_total_blocks=self.kv.num_usable_blocks,
             num_preemptions=len(out.preempted),
             lag=lag,
             prefix_cache_queries=out.prefix_cache_queries,
             prefix_cache_hits=out.prefix_cache_hits,
+            external_prefix_cache_queries=out.external_prefix_cache_queries,
+            external_prefix_cache_hits=out.external_prefix_cache_hits,
             kv_events=self.kv.take_events(),
         )

@@ -23,6 +23,7 @@ block it knows at construction: the cache then sees those blocks and no others (
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -35,11 +36,14 @@ class SequenceStatus(enum.IntEnum):
 
     WAITING = 0
     PREEMPTED = 1
-    RUNNING = 2
-    FINISHED = 3
-    ABORTED = 4
+    # A decode leg of disaggregated prefill/decode: blocks allocated, its prompt's KV on the way
+    # from the prefill replica (vLLM's WAITING_FOR_REMOTE_KVS); counted as waiting.
+    WAITING_FOR_REMOTE_KVS = 2
+    RUNNING = 3
+    FINISHED = 4
+    ABORTED = 5
     # Refused at arrival (the waiting queue was full): never scheduled, never reported.
-    REJECTED = 5
+    REJECTED = 6
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -101,6 +105,20 @@ class Sequence:
     # Whether the prefix cache can see this sequence: its prompt token ids are known, or its
     # block hashes were given at construction (a field, not a property: read once per step).
     hashable: bool = field(init=False, default=False)
+    # Disaggregated prefill/decode (vLLM's kv_transfer_params; see the package docstring).
+    # A prefill leg (do_remote_decode): finished with reason ``length``, its blocks stay held for
+    # a decode replica to pull (Scheduler.held) instead of returning to the pool.
+    remote_decode: bool = False
+    # A decode leg (do_remote_prefill): its prompt's KV is pulled, not computed; cleared once the
+    # pull is done or given up (one pull per request, as vLLM).
+    remote_prefill: bool = False
+    # Prompt tokens pulled from the prefill replica (vLLM's num_external_computed_tokens).
+    num_external_tokens: int = 0
+    # Decode leg: when the pull's last byte has arrived, on the scheduler's clock (inf: not started).
+    kv_ready_time: float = math.inf
+    # Decode leg: whether the prefill replica confirmed it holds the blocks. A virtual-time caller
+    # leaves it True; the live driver sets it False until its side channel answers.
+    kv_pull_confirmed: bool = True
 
     def __init__(
         self,
@@ -127,6 +145,8 @@ class Sequence:
         num_cached_blocks: int = 0,
         num_shareable_blocks: int | None = None,
         num_cached_tokens: int = 0,
+        remote_decode: bool = False,
+        remote_prefill: bool = False,
     ) -> None:
         if prompt_tokens < 0 or max_output_tokens < 0:
             raise ValueError("prompt_tokens and max_output_tokens must be >= 0")
@@ -159,6 +179,11 @@ class Sequence:
         self.num_shareable_blocks = num_shareable_blocks
         self.num_cached_tokens = num_cached_tokens
         self.hashable = prompt_token_ids is not None or bool(hashes)
+        self.remote_decode = remote_decode
+        self.remote_prefill = remote_prefill
+        self.num_external_tokens = 0
+        self.kv_ready_time = math.inf
+        self.kv_pull_confirmed = True
 
     def ensure_block_hashes(self, num_tokens: int, block_size: int) -> Seq[BlockHash]:
         """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
@@ -229,4 +254,5 @@ class Sequence:
             num_preemptions=self.num_preemptions,
             token_times=self.token_times,
             num_cached_tokens=self.num_cached_tokens,
+            num_external_tokens=self.num_external_tokens,
         )
