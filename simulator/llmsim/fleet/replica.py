@@ -102,6 +102,7 @@ class Replica(ReplicaView):
         "num_preemptions",
         "num_routed",
         "num_steps",
+        "received",
         "run",
         "scheduler",
         "starting",
@@ -152,6 +153,9 @@ class Replica(ReplicaView):
         self._duration = 0.0
         self._fast_forward = fast_forward
         self._step_duration = self.scheduler.step_duration
+        # Disaggregated prefill/decode: decode legs whose pull completed by a step's start (the
+        # fleet then frees their blocks on the prefill side), gathered until the fleet reads them.
+        self.received: list[Sequence] = []
         # Routed here, not yet handed to the scheduler (that happens at the next step start).
         self.inbox: list[Sequence] = []
         # The step on the GPU, started at step_start and ending at deadline; None while idle.
@@ -445,24 +449,32 @@ class Replica(ReplicaView):
                 elif not sched.add_requests([seq], now):
                     ended.append(seq)
             self.inbox = waiting
+        pulls = self.scheduler.link is not None and _pulling(sched)
+        if sched.held:
+            # Prefill legs nobody pulled in time (VLLM_NIXL_ABORT_REQUEST_TIMEOUT) free their blocks.
+            sched.expire_held(now)
         if paused is not None:
-            # A watched run holds no step but decodes (DecodeRun.step_stats reports those).
-            if not self._watched and paused.absorb(now, later):
+            # A watched run holds no step but decodes (DecodeRun.step_stats reports those). NOTE:
+            # neither a run nor its absorbing step knows decode legs (their pull, their held
+            # blocks): while one is pulling or waiting to, the replica steps.
+            if not self._watched and not pulls and paused.absorb(now, later):
                 self.version += 1
                 self.run = paused
                 self._count_run_steps(paused, paused.num_starts - 1)
                 return paused.next_event()
             paused.finish()
-        if not sched.has_work():
+        if not sched.has_work() and not (sched.receiving and sched.next_pull_time() <= now):
             return None
         self.version += 1
-        if self._fast_forward:
+        if self._fast_forward and not pulls:
             run = DecodeRun.plan(sched, now, self.step_start, next_arrival=later)
             if run is not None:
                 self.run = run
                 self._count_run_steps(run, 0)
                 return run.next_event()
         out = sched.schedule(now)
+        if out.received:
+            self.received.extend(out.received)
         duration = self._step_duration(out)
         self.in_flight = out
         self.step_start = now
@@ -519,7 +531,7 @@ class Replica(ReplicaView):
             if self._observer is not None:
                 self._observer.on_step(sched.step_stats(out, self.step_start, self._duration))
             if self._audit:
-                sched.kv.audit(sched.running)
+                sched.kv.audit(_holders(sched))
 
     def _run_step_ended(self, j: int) -> None:
         """Step ``j`` of the run in progress ended: what :meth:`finish_step` reports of a stepped one."""
@@ -528,7 +540,25 @@ class Replica(ReplicaView):
         if self._observer is not None:
             self._observer.on_step(run.step_stats(j))
         if self._audit:
-            self.scheduler.kv.audit(self.scheduler.running)
+            self.scheduler.kv.audit(_holders(self.scheduler))
+
+    def release_held(self, seq: Sequence, now: float, passed: bool = False) -> None:
+        """A decode replica has pulled the blocks prefill leg ``seq`` holds here: free them at ``now``.
+
+        Freed blocks may let a waiting request in: a run in progress stops at the step in flight,
+        as for an abort, so the next step start admits it.
+        """
+        sched = self.scheduler
+        if seq not in sched.held:
+            return  # freed at its timeout already
+        self._before_change(now)
+        if sched.waiting:
+            if self._paused is not None:
+                self._paused.finish()
+                self._paused = None
+            if self.run is not None:
+                self._stop_run(now, passed)
+        sched.release_held(seq)
 
     def abort(self, seq: Sequence, now: float, passed: bool = False) -> bool:
         """The client of ``seq`` left at ``now``; False if it had already ended.
@@ -551,3 +581,18 @@ class Replica(ReplicaView):
         if self.run is not None:
             self._stop_run(now, passed)
         return self.scheduler.abort(seq, now)
+
+
+def _pulling(sched: Scheduler[Sequence]) -> bool:
+    """Whether a decode leg is pulling, or waiting in the queue to pull or to recompute its last token."""
+    if sched.receiving:
+        return True
+    return any(seq.remote_prefill or seq.blocks for seq in sched.waiting)
+
+
+def _holders(sched: Scheduler[Sequence]) -> list[Sequence]:
+    """Every sequence holding blocks: running, and with P/D pulling, pulled or held for a pull."""
+    if sched.link is None:
+        return sched.running
+    waiting = [seq for seq in sched.waiting if seq.blocks]
+    return [*sched.running, *sched.receiving, *waiting, *sched.held]

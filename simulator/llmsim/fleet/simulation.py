@@ -22,6 +22,7 @@ does not grow with the fleet's size. One replica is a fleet of one: :func:`simul
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import math
@@ -39,7 +40,7 @@ from llmsim.fleet.fleet_summary import merged_entries
 from llmsim.fleet.prompt import BlockHasher
 from llmsim.fleet.replica import Replica
 from llmsim.fleet.replica_view import ReplicaView
-from llmsim.fleet.router import build_router
+from llmsim.fleet.router import Router, build_router
 from llmsim.fleet.spec import FleetSpec, ReplicaGroup, RouterSpec
 from llmsim.fleet.workload import FleetRequest, FleetWorkload
 from llmsim.types import FinishReason, StepStats
@@ -48,6 +49,8 @@ _INF = math.inf
 _ABORT = FinishReason.ABORT
 _ABORTED = SequenceStatus.ABORTED
 _REJECTED = SequenceStatus.REJECTED
+_FINISHED = SequenceStatus.FINISHED
+_LENGTH = FinishReason.LENGTH
 
 
 def check_fits(fleet: FleetSpec, workload: FleetWorkload) -> None:
@@ -108,12 +111,24 @@ class FleetSimulation:
         size = sum(g.count if g.balances_ranks(fleet.router) else g.num_gpus for g in fleet.groups)
         self.replicas: list[Replica] = []
         self.groups: list[tuple[str, str]] = []
+        # The endpoints the router picks among; in a disaggregated fleet, the prefill replicas',
+        # and the decode replicas' in ``decode_endpoints`` (the second pick).
         self.endpoints: list[ReplicaView] = []
+        self.decode_endpoints: list[ReplicaView] = []
         self.servers: list[DataParallelServer] = []
+        self.disaggregated = fleet.disaggregated
+        # The GPUs each pick reads the state of.
+        self.prefill_side: list[Replica] = []
+        self.decode_side: list[Replica] = []
         # One memo of prompts' block identities per block size, shared by the replicas of that size.
         hashers: dict[int, BlockHasher] = {}
         for group in fleet.groups:
             params = group.params
+            decode = group.kv_role == "kv_consumer"
+            if group.kv_role is not None and group.kv_link is not None:
+                params = dataclasses.replace(params, kv_link=group.kv_link, kv_abort_timeout_s=group.kv_abort_timeout)
+            endpoints = self.decode_endpoints if decode else self.endpoints
+            side = self.decode_side if decode else self.prefill_side
             hasher = None
             if params.enable_prefix_caching:
                 hasher = hashers.setdefault(params.block_size, BlockHasher(params.block_size))
@@ -125,7 +140,7 @@ class FleetSimulation:
                     # i/N of an interval, so the fleet's view is never refreshed all at once (the
                     # ranks behind one port in one scrape).
                     index = len(self.replicas)
-                    phase = interval * len(self.endpoints) / size
+                    phase = interval * (len(self.endpoints) + len(self.decode_endpoints)) / size
                     name = f"{group.name}/{k}" if group.data_parallel == 1 else f"{group.name}/{k}/{rank}"
                     replica = Replica(
                         index,
@@ -141,18 +156,31 @@ class FleetSimulation:
                     self.replicas.append(replica)
                     self.groups.append((group.name, group.model))
                     ranks.append(replica)
+                    side.append(replica)
                     if not balanced:
-                        self.endpoints.append(replica)
+                        endpoints.append(replica)
                 if balanced:
                     server = DataParallelServer(ranks)
-                    self.endpoints.append(server)
+                    endpoints.append(server)
                     self.servers.append(server)
-        self.router = build_router(fleet.router, self.endpoints, rng)
+        if self.disaggregated:
+            # Two picks, as vllm-router's P/D mode: a prefill replica, then a decode replica.
+            self.router = build_router(fleet.router.for_prefill(), self.endpoints, rng)
+            decode_rng = random.Random(f"llmsim-fleet/{fleet.router.seed}/decode")
+            self.decode_router = build_router(fleet.router.for_decode(), self.decode_endpoints, decode_rng)
+        else:
+            self.router = build_router(fleet.router, self.endpoints, rng)
+            self.decode_router = self.router
         requests = workload.requests
         n = len(requests)
         # Where each request's own text starts: the prefix caches keep its blocks out of their maps.
         self.own_from = workload.own_text_starts() if hashers else [None] * n
         self.seqs: list[Sequence | None] = [None] * n
+        # Disaggregated fleets: each request's prefill leg (its blocks held until pulled), the
+        # replica it ran on, and when the client sent the request.
+        self.prefill_seqs: list[Sequence | None] = [None] * n
+        self.prefill_replica_of = [-1] * n
+        self.sent_at = [0.0] * n
         self.replica_of = [-1] * n
         self.outcomes: list[RequestOutcome | None] = [None] * n
         self.followers: dict[int, list[int]] = {}
@@ -233,6 +261,11 @@ class FleetSimulation:
                 self.num_started = k
                 if replica.start_step(now, ended) is not None:
                     self._schedule(replica)
+                elif replica.scheduler.receiving:
+                    # Idle but pulling: it steps again when the first pull is in.
+                    heapq.heappush(wakeups, (replica.scheduler.next_pull_time(), replica.index))
+                if replica.received:
+                    self._pulled(replica, now)
                 if ended:
                     self._ended(ended, now)
                     self._sends_and_aborts(now, ended)
@@ -294,22 +327,48 @@ class FleetSimulation:
     def _send(self, i: int, now: float) -> None:
         request = self.workload.requests[i]
         self.in_flight += 1
-        router = self.router
+        self.sent_at[i] = now
+        if self.disaggregated:
+            # The prefill leg: the whole prompt, one token (vLLM's proxy sends max_tokens 1).
+            replica = self._pick(self.router, self.endpoints, self.prefill_side, request, now)
+            seq = replica.sequence(i, dataclasses.replace(request, output_tokens=1), now, self.own_from[i])
+            seq.remote_decode = True
+            # Capped by max_tokens: vLLM's FINISHED_LENGTH_CAPPED, the end that keeps its blocks for a pull.
+            seq.finish_reason = _LENGTH
+            self.prefill_seqs[i] = seq
+            self.prefill_replica_of[i] = replica.index
+        else:
+            replica = self._pick(self.router, self.endpoints, self.replicas, request, now)
+            seq = replica.sequence(i, request, now, self.own_from[i])
+        self._route(i, replica, seq, now)
+
+    def _send_decode(self, i: int, now: float) -> None:
+        """The prefill leg of request ``i`` ended at its length: the proxy sends its decode leg now."""
+        request = self.workload.requests[i]
+        replica = self._pick(self.decode_router, self.decode_endpoints, self.decode_side, request, now)
+        seq = replica.sequence(i, request, now, self.own_from[i])
+        seq.remote_prefill = True
+        self._route(i, replica, seq, now)
+
+    def _pick(
+        self, router: Router, endpoints: list[ReplicaView], side: list[Replica], request: FleetRequest, now: float
+    ) -> Replica:
+        """The GPU ``router`` sends ``request`` to (through a data-parallel replica's own balancer)."""
         if router.reads_state:
             live = router.reads_prefix_cache
-            for replica in self.replicas:
+            for replica in side:
                 # Most replicas have no scrape due (a send every few ms, a scrape every 50).
                 if live or replica.next_scrape <= now:
                     replica.observe(now, self._passed(replica), prefix_cache=live)
             for server in self.servers:
                 server.refresh()
-        endpoint = self.endpoints[router.pick(request.prompt)]
+        endpoint = endpoints[router.pick(request.prompt)]
         if isinstance(endpoint, Replica):
-            replica = endpoint
-        else:
-            assert isinstance(endpoint, DataParallelServer)
-            replica = endpoint.ranks[endpoint.pick(now, [self._passed(r) for r in endpoint.ranks])]
-        seq = replica.sequence(i, request, now, self.own_from[i])
+            return endpoint
+        assert isinstance(endpoint, DataParallelServer)
+        return endpoint.ranks[endpoint.pick(now, [self._passed(r) for r in endpoint.ranks])]
+
+    def _route(self, i: int, replica: Replica, seq: Sequence, now: float) -> None:
         self.seqs[i] = seq
         self.replica_of[i] = replica.index
         version = replica.version
@@ -346,6 +405,10 @@ class FleetSimulation:
         """Record requests that ended at ``now``; free their slots and release what follows them."""
         for seq in ended:
             i = int(seq.request_id)
+            if seq.remote_decode and seq.finish_reason is _LENGTH and seq.status is _FINISHED:
+                # The prefill answer is in: the decode leg goes out at once; the request goes on.
+                self._send_decode(i, now)
+                continue
             self._record(i, seq)
             self.in_flight -= 1
             if self.followers:
@@ -357,6 +420,19 @@ class FleetSimulation:
     def _release_followers(self, i: int, now: float) -> None:
         for j in self.followers.get(i, ()):
             heapq.heappush(self.ready, (now + self.workload.requests[j].arrival, j))
+
+    def _pulled(self, replica: Replica, now: float) -> None:
+        """Decode legs on ``replica`` have their KV: the prefill replicas free the blocks they held."""
+        for seq in replica.received:
+            i = int(seq.request_id)
+            held = self.prefill_seqs[i]
+            if held is None:
+                continue
+            source = self.replicas[self.prefill_replica_of[i]]
+            version = source.version
+            source.release_held(held, now, self._passed(source))
+            self._changed(source, version)
+        replica.received.clear()
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -370,6 +446,19 @@ class FleetSimulation:
         assert finished is not None, "only an ended sequence is recorded"
         first = seq.first_token_time
         scheduled = seq.scheduled_time
+        hit_tokens = replica.prefix_hit_tokens(seq)
+        query_tokens = replica.prefix_query_tokens(seq)
+        preemptions = seq.num_preemptions
+        prefill = self.prefill_seqs[i]
+        if prefill is not None and prefill is not seq:
+            # A decoded request: timed from the client's send; its queueing and prefix-cache
+            # figures are the prefill leg's (vllm-router reports the prefill side's cached tokens).
+            source = self.replicas[self.prefill_replica_of[i]]
+            arrival = self.sent_at[i]
+            scheduled = prefill.scheduled_time
+            hit_tokens = source.prefix_hit_tokens(prefill)
+            query_tokens = source.prefix_query_tokens(prefill)
+            preemptions += prefill.num_preemptions
         # Sequence.to_stats()'s figures, without building the record (once per request: NOTE: a
         # mirrored rule, see llmsim.engine.scheduler), and passed by position: keywords cost a
         # named tuple ~1 us more per request.
@@ -383,10 +472,10 @@ class FleetSimulation:
             None if first is None else first - arrival,  # ttft
             finished - arrival,  # e2e
             (scheduled if scheduled is not None else finished) - arrival,  # queue_time
-            seq.num_preemptions,
+            preemptions,
             (times[-1] - times[0]) / (n - 1) if n > 1 else None,  # tpot
-            replica.prefix_hit_tokens(seq),
-            replica.prefix_query_tokens(seq),
+            hit_tokens,
+            query_tokens,
             status is _REJECTED,  # rejected
             self.workload.requests[i].adapter,
             tuple(times) if self.keep_token_times else (),  # token_times
