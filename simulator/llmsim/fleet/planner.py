@@ -48,7 +48,13 @@ def compare_routers(fleet: FleetSpec, workload: FleetWorkload, policies: Sequenc
 
     With data-parallel replicas balanced by their own API server, each router runs twice: seeing
     replicas (vLLM's internal load balancer picks the rank), then seeing every rank (and pinning it).
+    A disaggregated fleet runs twice too: as it is (the router's prefill and decode picks both
+    the router), then as the aggregated fleet of the same GPUs (:meth:`FleetSpec.aggregated`).
     """
+    if fleet.disaggregated:
+        # Beside each P/D run, the same GPUs serving whole requests.
+        aggregated = fleet.aggregated()
+        return [plan_fleet(f.with_router(p), workload) for p in policies for f in (fleet, aggregated)]
     both = any(g.count and g.data_parallel > 1 and not g.external_lb for g in fleet.groups)
     views = (False, True) if both else (fleet.router.dp_aware,)
     return [plan_fleet(fleet.with_router(p, dp_aware=aware), workload) for p in policies for aware in views]

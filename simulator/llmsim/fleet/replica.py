@@ -398,6 +398,16 @@ class Replica(ReplicaView):
     def busy(self) -> bool:
         return self.in_flight is not None or self.run is not None
 
+    def next_handoff(self) -> float:
+        """An idle replica's next P/D wake-up: its first pull in, or (with requests waiting for room)
+        its first held prefill leg's expiry; inf: none."""
+        sched = self.scheduler
+        if sched.link is None:
+            return math.inf
+        expiry = sched.next_held_expiry() if sched.waiting else math.inf
+        pull = sched.next_pull_time()
+        return pull if pull < expiry else expiry
+
     def next_event(self) -> float:
         """When the fleet must next hear from this replica: its step's end, or its run's next finish or end."""
         run = self.run
@@ -475,6 +485,10 @@ class Replica(ReplicaView):
         out = sched.schedule(now)
         if out.received:
             self.received.extend(out.received)
+        if not out.scheduled:
+            # Nothing can run (pulls in flight; held and pulling blocks leave no room): as the live
+            # driver, no step; the replica idles until a pull is in, a hold expires or blocks free.
+            return None
         duration = self._step_duration(out)
         self.in_flight = out
         self.step_start = now

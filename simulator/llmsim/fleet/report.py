@@ -28,6 +28,8 @@ def _hit(x: float) -> str:
 
 def _group_label(g: ReplicaGroup) -> str:
     details = [g.model] if g.model != g.name else []
+    if g.kv_role is not None:
+        details.append({"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}[g.kv_role])
     if g.data_parallel > 1:
         details.append(f"{g.data_parallel} DP ranks" + (", external LB" if g.external_lb else ""))
     return f"{g.count} x {g.name}" + (f" ({', '.join(details)})" if details else "")
@@ -36,9 +38,12 @@ def _group_label(g: ReplicaGroup) -> str:
 def router_label(fleet: FleetSpec) -> str:
     """The router's name, and how it reaches data-parallel ranks when the fleet has some."""
     r = fleet.router
-    if not fleet.has_data_parallel:
-        return r.policy
-    return f"{r.policy} (ranks)" if r.dp_aware else r.policy
+    label: str = r.policy
+    if fleet.disaggregated:
+        label = r.prefill if r.prefill == r.decode else f"{r.prefill}/{r.decode}"
+    if fleet.has_data_parallel and r.dp_aware:
+        label += " (ranks)"
+    return label
 
 
 def describe_fleet(fleet: FleetSpec) -> str:
@@ -56,6 +61,9 @@ def describe_fleet(fleet: FleetSpec) -> str:
         w = r.weights
         weights = f", weights queue {w.queue:g} / kv {w.kv_cache:g} / prefix {w.prefix:g}"
     gpus = ""
+    if fleet.disaggregated:
+        policy = r.prefill if r.prefill == r.decode else f"prefill {r.prefill}, decode {r.decode}"
+        return f"{n} replicas ({groups}) behind a P/D router: {policy} ({view}{weights})"
     if fleet.has_data_parallel:
         ranks = "sees every rank" if r.dp_aware else "sees replicas, vLLM's internal LB picks ranks"
         gpus = f", {fleet.num_gpus} GPUs; the router {ranks}"
@@ -149,7 +157,10 @@ def format_plan(plan: FleetPlan, wall: float) -> str:
 def format_comparison(plans: list[FleetPlan], wall: float) -> str:
     """One row per router, same workload and replicas."""
     first = plans[0]
-    labels = [router_label(p.fleet) for p in plans]
+    pd = any(p.fleet.disaggregated for p in plans)
+    labels = [
+        router_label(p.fleet) + ((" P/D" if p.fleet.disaggregated else " aggregated") if pd else "") for p in plans
+    ]
     width = max(17, max(len(label) for label in labels) + 2)
     lines = [
         f"llmsim plan --compare: {describe_fleet(first.fleet)}".replace(
@@ -270,8 +281,20 @@ def fleet_json(fleet: FleetSpec) -> dict[str, Any]:
             "scrape_interval_ms": r.scrape_interval * 1000,
             "weights": dataclasses.asdict(r.weights),
             "seed": r.seed,
+            "dp_aware": r.dp_aware,
+            "prefill_policy": r.prefill,
+            "decode_policy": r.decode,
         },
-        "replicas": [{"name": g.name, "model": g.model, "count": g.count} for g in fleet.groups],
+        "replicas": [
+            {
+                "name": g.name,
+                "model": g.model,
+                "count": g.count,
+                "data_parallel": g.data_parallel,
+                "kv_role": g.kv_role,
+            }
+            for g in fleet.groups
+        ],
     }
 
 
@@ -332,7 +355,12 @@ def comparison_json(plans: list[FleetPlan], wall: float) -> dict[str, Any]:
     body = {
         "fleet": fleet_json(plans[0].fleet),
         "compare": [
-            {"router": p.fleet.router.policy, "dp_aware": p.fleet.router.dp_aware, "summary": summary_json(p.summary)}
+            {
+                "router": p.fleet.router.policy,
+                "dp_aware": p.fleet.router.dp_aware,
+                "disaggregated": p.fleet.disaggregated,
+                "summary": summary_json(p.summary),
+            }
             for p in plans
         ],
         "wall_seconds": wall,

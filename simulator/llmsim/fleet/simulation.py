@@ -261,9 +261,11 @@ class FleetSimulation:
                 self.num_started = k
                 if replica.start_step(now, ended) is not None:
                     self._schedule(replica)
-                elif replica.scheduler.receiving:
-                    # Idle but pulling: it steps again when the first pull is in.
-                    heapq.heappush(wakeups, (replica.scheduler.next_pull_time(), replica.index))
+                else:
+                    # Idle, but pulling (or waiting for held blocks to expire): it steps again then.
+                    handoff = replica.next_handoff()
+                    if handoff < _INF:
+                        heapq.heappush(wakeups, (handoff, replica.index))
                 if replica.received:
                     self._pulled(replica, now)
                 if ended:
@@ -432,6 +434,8 @@ class FleetSimulation:
             version = source.version
             source.release_held(held, now, self._passed(source))
             self._changed(source, version)
+            if source.scheduler.waiting:
+                self._wake(source)  # the freed blocks may let a waiting request in
         replica.received.clear()
 
     # -- outcomes ----------------------------------------------------------------------------

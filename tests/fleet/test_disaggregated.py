@@ -1,0 +1,113 @@
+"""Disaggregated prefill/decode fleets in virtual time: the hand-off timed by hand from the roofline
+and the link, and the loop checked against stepping every step."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmsim.engine.scheduler import SchedulerParams
+from llmsim.engine.scheduler.kv_link import KVLinkSpec
+from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec, WorkloadShape, compare_routers, generate
+from llmsim.fleet.report import format_comparison
+from llmsim.fleet.simulation import FleetSimulation
+from llmsim.types import FinishReason
+from tests.engine.scheduler.builders import KV_PER_TOKEN, roofline, seed_params, sized_params
+
+from .builders import workload
+
+BANDWIDTH = 50e9  # bytes/s
+LATENCY = 0.0005  # s
+LINK = KVLinkSpec(BANDWIDTH, LATENCY)
+
+
+def pd_fleet(
+    prefill: int, decode: int, policy: str = "round-robin", params: SchedulerParams | None = None
+) -> FleetSpec:
+    params = params or seed_params()
+    groups = (
+        ReplicaGroup("prefill", "m", params, prefill, kv_role="kv_producer", kv_link=LINK),
+        ReplicaGroup("decode", "m", params, decode, kv_role="kv_consumer", kv_link=LINK),
+    )
+    return FleetSpec(groups, RouterSpec(policy, 0.0))  # type: ignore[arg-type]
+
+
+def pull(tokens: int) -> float:
+    return tokens * KV_PER_TOKEN / BANDWIDTH
+
+
+def test_one_request_prefills_pulls_recomputes_one_token_and_decodes() -> None:
+    """Prefill of 16 tokens on the prefill replica (one token, blocks held); at its end the decode
+    leg is admitted on the decode replica, pulls 16 tokens' KV (bytes / bandwidth + latency),
+    recomputes the last prompt token (1 token reading 16 of KV), then decodes at 17 and 18."""
+    sim = FleetSimulation(pd_fleet(1, 1), workload((0.0, 16, 3)), keep_token_times=True, audit=True)
+    result = sim.run()
+    (outcome,) = result.requests
+    t1 = roofline(16, 16)
+    ready = t1 + pull(16) + LATENCY
+    first = ready + roofline(1, 16)
+    assert outcome.token_times == pytest.approx(
+        (first, first + roofline(1, 17), first + roofline(1, 17) + roofline(1, 18))
+    )
+    assert outcome.ttft == pytest.approx(first)
+    assert outcome.replica == 1  # decoded on the decode replica
+    prefill, decode = sim.replicas
+    assert prefill.num_routed == decode.num_routed == 1
+    # The pull freed the prefill side's blocks; nothing is held or used at the end.
+    assert not prefill.scheduler.held
+    assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
+    assert decode.scheduler.link is not None
+    assert decode.scheduler.link.bytes_moved == 16 * KV_PER_TOKEN
+
+
+def test_pulls_into_one_decode_replica_queue_on_its_link() -> None:
+    """Two requests prefilled side by side on two prefill replicas; both decode legs reach the one
+    decode replica at t1 and pull one after the other: the second's bytes arrive one transfer later
+    (before the first's recompute step ends), so it recomputes beside the first's first decode."""
+    result = FleetSimulation(pd_fleet(2, 1), workload((0.0, 16, 2), (0.0, 16, 2)), keep_token_times=True).run()
+    t1 = roofline(16, 16)
+    ready = t1 + pull(16) + LATENCY
+    assert pull(16) < roofline(1, 16)  # the second pull is in before the first recompute ends
+    first, second = result.requests
+    assert first.ttft == pytest.approx(ready + roofline(1, 16))
+    # Step 2: the first's decode (context 17) and the second's recompute (context 16).
+    assert second.ttft == pytest.approx(ready + roofline(1, 16) + roofline(2, 33))
+    assert first.token_times[1] == second.token_times[0]
+
+
+def test_fast_forward_gives_the_stepped_timeline() -> None:
+    """Jumping over decode runs changes nothing, with KV short enough that held blocks and pulls
+    keep requests waiting (the audit checks every block after every step)."""
+    shape = WorkloadShape(25.0, 6.0, 600, 120, seed=3, system_prompt_tokens=200, system_prompts=3)
+    fleet = pd_fleet(2, 2, "least-requests", sized_params(160))
+    runs = [
+        FleetSimulation(fleet, generate(shape), keep_token_times=True, fast_forward=ff, audit=True)
+        for ff in (True, False)
+    ]
+    results = [sim.run() for sim in runs]
+    jumped, stepped = results
+    assert jumped.summary().num_preemptions > 0  # the scenario is short of blocks
+    assert [o.token_times for o in jumped.requests] == [o.token_times for o in stepped.requests]
+    assert [o.replica for o in jumped.requests] == [o.replica for o in stepped.requests]
+    assert all(o.finish_reason is FinishReason.STOP for o in jumped.requests)
+    for sim in runs:
+        assert all(not r.scheduler.held and r.scheduler.kv.num_used == 0 for r in sim.replicas)
+
+
+def test_compare_puts_the_aggregated_fleet_of_the_same_gpus_beside() -> None:
+    fleet = pd_fleet(1, 2)
+    plans = compare_routers(fleet, generate(WorkloadShape(10.0, 3.0, 500, 50)), ["round-robin", "least-requests"])
+    assert [(p.fleet.disaggregated, p.fleet.router.policy) for p in plans] == [
+        (True, "round-robin"),
+        (False, "round-robin"),
+        (True, "least-requests"),
+        (False, "least-requests"),
+    ]
+    assert {p.fleet.num_gpus for p in plans} == {3}
+    text = format_comparison(plans, 1.0)
+    assert "round-robin P/D" in text
+    assert "round-robin aggregated" in text
+
+
+def test_a_fleet_needs_both_roles() -> None:
+    with pytest.raises(ValueError, match="kv_producer"):
+        FleetSpec((ReplicaGroup("prefill", "m", seed_params(), 1, kv_role="kv_producer", kv_link=LINK),))
