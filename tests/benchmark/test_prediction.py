@@ -100,3 +100,24 @@ def test_a_fleet_prediction_routes_the_same_requests_through_the_fleet() -> None
         assert [(r.token_times, r.cached_tokens) for r in got] == [
             (r.token_times, r.cached_tokens) for r in expected.records
         ]
+
+
+def test_a_disaggregated_fleet_prediction_times_the_hand_off() -> None:
+    # One request alone on 1 prefill + 1 decode replica: prefill of 256 tokens, the pull of 256
+    # tokens' KV over a 50 GB/s link (+ 0.5 ms), the recompute of the last prompt token, 3 decodes.
+    from llmsim.engine.scheduler.kv_link import KVLinkSpec
+    from tests.engine.scheduler.builders import KV_PER_TOKEN
+
+    link = KVLinkSpec(50e9, 0.0005)
+    fleet = FleetSpec(
+        (
+            ReplicaGroup("p", "m", seed_params(), 1, kv_role="kv_producer", kv_link=link),
+            ReplicaGroup("d", "m", seed_params(), 1, kv_role="kv_consumer", kv_link=link),
+        ),
+        RouterSpec("round-robin", 0.0),
+    )
+    (record,) = predict_fleet(fleet, open_loop([0.0], PromptShape(256, 4))).records
+    first = roofline(256, 256) + 256 * KV_PER_TOKEN / 50e9 + 0.0005 + roofline(1, 256)
+    decodes = [roofline(1, 256 + j) for j in range(1, 4)]
+    expected = [first + sum(decodes[:k]) for k in range(4)]
+    assert record.token_times == pytest.approx(expected, rel=1e-9)

@@ -106,3 +106,100 @@ def test_a_replica_too_small_for_its_context_names_the_models_file(tmp_path: Pat
     models = "models:\n  - {name: tiny, engine: scheduler, profile: llama-3.1-8b, hardware: l4-24gb, context_length: 131072}\n"
     with pytest.raises(ConfigError, match=r"models.yml: models\[0\] \(name 'tiny'\): field 'kv_cache'"):
         load(tmp_path, "replicas: [{model: tiny}]", models)
+
+
+PD_MODELS = """
+models:
+  - {name: plain, engine: scheduler, profile: llama-3.1-8b, hardware: h100-80gb, context_length: 8192}
+  - name: prefill
+    engine: scheduler
+    profile: llama-3.1-8b
+    hardware: h100-80gb
+    context_length: 8192
+    kv_transfer: {kv_role: kv_producer, abort_request_timeout_s: 30}
+  - name: decode
+    engine: scheduler
+    profile: llama-3.1-8b
+    hardware: h100-80gb
+    context_length: 8192
+    kv_transfer: {kv_role: kv_consumer, bandwidth_gbps: 25, latency_ms: 2}
+  - name: both
+    engine: scheduler
+    profile: llama-3.1-8b
+    hardware: h100-80gb
+    context_length: 8192
+    kv_transfer: {kv_role: kv_both}
+  - {name: dp, engine: scheduler, profile: llama-3.1-8b, hardware: h100-80gb, context_length: 8192,
+     data_parallel: {size: 4}}
+  - {name: dp-ext, engine: scheduler, profile: llama-3.1-8b, hardware: h100-80gb, context_length: 8192,
+     data_parallel: {size: 2, load_balancing: external}}
+  - {name: dp-rank, engine: scheduler, profile: llama-3.1-8b, hardware: h100-80gb, context_length: 8192,
+     data_parallel: {size: 4, rank: 1}}
+"""
+
+
+def test_a_disaggregated_fleet_with_its_two_picks(tmp_path: Path) -> None:
+    from llmsim.fleet import FleetSpec
+
+    fleet = load(
+        tmp_path,
+        """
+router: {policy: random, prefill_policy: least-requests, decode_policy: least-kv}
+replicas:
+  - {model: prefill, count: 2}
+  - {model: decode, count: 3}
+""",
+        PD_MODELS,
+    )
+    assert isinstance(fleet, FleetSpec)
+    assert fleet.disaggregated
+    assert [(g.kv_role, g.count) for g in fleet.groups] == [("kv_producer", 2), ("kv_consumer", 3)]
+    assert (fleet.router.prefill, fleet.router.decode) == ("least-requests", "least-kv")
+    decode = fleet.groups[1]
+    assert decode.kv_link is not None
+    # models.yml's GB/s and ms.
+    assert (decode.kv_link.bandwidth_bytes_per_s, decode.kv_link.latency_s) == (25e9, 0.002)
+    assert fleet.groups[0].kv_abort_timeout == 30
+    # The aggregated fleet of the same GPUs: roles dropped, one policy.
+    aggregated = fleet.aggregated()
+    assert not aggregated.disaggregated
+    assert aggregated.num_gpus == 5
+
+
+def test_data_parallel_models_make_ranks(tmp_path: Path) -> None:
+    from llmsim.fleet import FleetSpec
+
+    fleet = load(
+        tmp_path,
+        "router: {dp_aware: true}\nreplicas: [{model: dp, count: 2}, {model: dp-ext}, {model: dp-rank}]\n",
+        PD_MODELS,
+    )
+    assert isinstance(fleet, FleetSpec)
+    assert fleet.router.dp_aware
+    assert [(g.data_parallel, g.external_lb) for g in fleet.groups] == [(4, False), (2, True), (1, False)]
+    assert (fleet.num_replicas, fleet.num_gpus) == (4, 11)
+    assert fleet.gpu_names()[:5] == ["dp/0/0", "dp/0/1", "dp/0/2", "dp/0/3", "dp/1/0"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "replicas: [{model: prefill}]\n",
+            "fleet.yml: replicas: field 'model': a disaggregated fleet needs kv_producer (prefill) and kv_consumer",
+        ),
+        (
+            "replicas: [{model: prefill}, {model: decode}, {model: plain}]\n",
+            "a disaggregated fleet needs kv_producer (prefill) and kv_consumer (decode) replicas, and only those",
+        ),
+        ("replicas: [{model: both}]\n", "kv_both replicas are not planned yet"),
+        (
+            "router: {decode_policy: least-kv}\nreplicas: [{model: plain}]\n",
+            "router: field 'decode_policy': applies to a disaggregated fleet (models with kv_transfer) only",
+        ),
+    ],
+)
+def test_bad_disaggregated_fleets(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text, PD_MODELS)
+    assert message in str(info.value)

@@ -104,7 +104,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     fleet.add_argument("--router", choices=ROUTER_POLICIES, help="the router (overrides the fleet file's)")
     fleet.add_argument("--replicas", type=int, help="with --model: a fleet of this many replicas of it")
     fleet.add_argument("--scrape-interval-ms", type=float, help="how old the router's view may be (0: live)")
-    fleet.add_argument("--compare", help="comma-separated routers: the same workload behind each, one table")
+    fleet.add_argument(
+        "--compare",
+        help="comma-separated routers: the same workload behind each, one table (a P/D fleet: beside the same "
+        "GPUs aggregated; data-parallel replicas: routed by replica, then by rank)",
+    )
     fleet.add_argument("--rates", help="comma-separated rates: the highest that meets --slo")
     fleet.add_argument("--replicas-for-slo", action="store_true", help="the fewest replicas that meet --slo")
     fleet.add_argument("--vary", help="the replica group --replicas-for-slo varies (when the fleet has several)")
@@ -180,7 +184,8 @@ def _fleet(args: argparse.Namespace, config: ModelsConfig, file: str) -> FleetSp
         fleet = FleetSpec((ReplicaGroup(args.model, args.model, params, count),))
     router = fleet.router
     if args.router is not None:
-        router = dataclasses.replace(router, policy=args.router)
+        # Both picks of a disaggregated fleet, too.
+        router = dataclasses.replace(router, policy=args.router, prefill_policy=None, decode_policy=None)
     if args.scrape_interval_ms is not None:
         router = dataclasses.replace(router, scrape_interval=args.scrape_interval_ms / 1000.0)
     return FleetSpec(fleet.groups, router)

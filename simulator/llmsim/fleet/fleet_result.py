@@ -112,6 +112,9 @@ class ReplicaReport:
     # tokens left after each (``merged_entries`` of what the replica counted).
     itl_gap_values: list[float] = field(default_factory=list)
     itl_gap_counts: list[int] = field(default_factory=list)
+    # Its part in a disaggregated fleet (kv_producer, kv_consumer), None in an aggregated one:
+    # the load imbalance compares replicas of one part only.
+    role: str | None = None
 
     @property
     def itl_gaps(self) -> dict[float, int]:
@@ -154,8 +157,14 @@ class FleetResult:
             tally = _Tally(outcomes)
             fleet.add(tally)
             replicas.append(_replica_summary(report, tally, gaps, duration))
-        routed = [rep.num_routed for rep in self.replicas]
-        mean_routed = sum(routed) / len(routed) if routed else 0.0
+        # Every request goes once to each part of a disaggregated fleet: the worst part's imbalance.
+        imbalance = math.nan
+        for role in dict.fromkeys(rep.role for rep in self.replicas):
+            routed = [rep.num_routed for rep in self.replicas if rep.role == role]
+            mean_routed = sum(routed) / len(routed) if routed else 0.0
+            if mean_routed > 0:
+                part = max(routed) / mean_routed
+                imbalance = part if math.isnan(imbalance) else max(imbalance, part)
         return FleetSummary(
             num_replicas=len(self.replicas),
             num_requests=len(self.requests),
@@ -166,7 +175,7 @@ class FleetResult:
             output_tokens=fleet.output_tokens,
             latencies=fleet.latencies(fleet_gaps),
             num_preemptions=sum(rep.num_preemptions for rep in self.replicas),
-            load_imbalance=max(routed) / mean_routed if mean_routed > 0 else math.nan,
+            load_imbalance=imbalance,
             prefix_hit_rate=fleet.hit_rate(),
             replicas=tuple(replicas),
             prefix_hit_tokens=fleet.hit_tokens,

@@ -28,8 +28,9 @@ def _hit(x: float) -> str:
 
 def _group_label(g: ReplicaGroup) -> str:
     details = [g.model] if g.model != g.name else []
-    if g.kv_role is not None:
-        details.append({"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}[g.kv_role])
+    role = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "kv_both"}.get(g.kv_role or "", "")
+    if role and role != g.name:
+        details.append(role)
     if g.data_parallel > 1:
         details.append(f"{g.data_parallel} DP ranks" + (", external LB" if g.external_lb else ""))
     return f"{g.count} x {g.name}" + (f" ({', '.join(details)})" if details else "")

@@ -510,7 +510,9 @@ class FleetSimulation:
         outcomes = self.outcomes
         assert all(o is not None for o in outcomes), "a request neither ended nor was abandoned"
         reports = []
+        decoding = set(self.decode_side)
         for rep, (group, model) in zip(self.replicas, self.groups, strict=True):
+            role = None if not self.disaggregated else "kv_consumer" if rep in decoding else "kv_producer"
             gap_values, gap_counts = merged_entries(rep.itl_gaps.values, rep.itl_gaps.counts)
             reports.append(
                 ReplicaReport(
@@ -526,6 +528,7 @@ class FleetSimulation:
                     kv_peak_used_blocks=rep.kv_peak_blocks,
                     itl_gap_values=gap_values,
                     itl_gap_counts=gap_counts,
+                    role=role,
                 )
             )
         return FleetResult([o for o in outcomes if o is not None], reports, self.end)
