@@ -59,6 +59,7 @@ def _no_cluster() -> str | None:
 BENCHES: dict[str, Bench] = {
     "matcher": Bench(("bench/bench_matcher.py",)),
     "plan": Bench(("bench/bench_plan.py",), quick=("--quick", "--repeat", "1")),
+    "plan_pd": Bench(("bench/bench_plan_pd.py",), quick=("--quick",)),
     "metrics": Bench(
         ("bench/bench_metrics.py", "--live"),
         full=("--duration", "6"),

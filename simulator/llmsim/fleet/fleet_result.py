@@ -261,7 +261,8 @@ def _replica_summary(report: ReplicaReport, tally: _Tally, gaps: OrderedCounts, 
     return ReplicaSummary(
         name=report.name,
         model=report.model,
-        num_requests=tally.count,
+        # A prefill replica's requests are the legs it prefilled; their client figures are the decode side's.
+        num_requests=report.num_routed if report.role == "kv_producer" else tally.count,
         num_finished=tally.finished,
         num_aborted=tally.aborted,
         num_rejected=tally.rejected,

@@ -163,10 +163,16 @@ def format_comparison(plans: list[FleetPlan], wall: float) -> str:
         router_label(p.fleet) + ((" P/D" if p.fleet.disaggregated else " aggregated") if pd else "") for p in plans
     ]
     width = max(17, max(len(label) for label in labels) + 2)
+    title = f"llmsim plan --compare: {describe_fleet(first.fleet)}".replace(
+        f"behind {first.fleet.router.policy} ", "behind each router "
+    )
+    if len({p.fleet.router.dp_aware for p in plans}) > 1:
+        # Rows of both kinds: "(ranks)" marks a router that sees every rank.
+        title = title.replace("; the router sees replicas, vLLM's internal LB picks ranks", "")
+    if pd:
+        title = title.replace(f"behind a P/D router: {first.fleet.router.prefill} ", "behind each router, P/D ")
     lines = [
-        f"llmsim plan --compare: {describe_fleet(first.fleet)}".replace(
-            f"behind {first.fleet.router.policy} ", "behind each router "
-        ),
+        title,
         f"{first.summary.num_requests:,} requests, {first.summary.duration:,.1f} s simulated   (latencies in ms)",
         f"{'router':<{width}}{'TTFT p50':>10}{'p99':>9}{'ITL p50':>9}{'p99':>8}{'TPOT p50':>10}{'E2E p99':>10}"
         f"{'queue p99':>10}{'out tok/s':>11}{'imbalance':>10}{'preempt':>9}{'refused':>9}{'prefix hit':>11}",
