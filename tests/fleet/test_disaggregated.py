@@ -7,13 +7,13 @@ import pytest
 
 from llmsim.engine.scheduler import SchedulerParams
 from llmsim.engine.scheduler.kv_link import KVLinkSpec
-from llmsim.fleet import FleetSpec, ReplicaGroup, RouterSpec, WorkloadShape, compare_routers, generate
+from llmsim.fleet import FleetSpec, FleetWorkload, ReplicaGroup, RouterSpec, WorkloadShape, compare_routers, generate
 from llmsim.fleet.report import format_comparison
 from llmsim.fleet.simulation import FleetSimulation
 from llmsim.types import FinishReason
 from tests.engine.scheduler.builders import KV_PER_TOKEN, roofline, seed_params, sized_params
 
-from .builders import workload
+from .builders import request, workload
 
 BANDWIDTH = 50e9  # bytes/s
 LATENCY = 0.0005  # s
@@ -111,3 +111,17 @@ def test_compare_puts_the_aggregated_fleet_of_the_same_gpus_beside() -> None:
 def test_a_fleet_needs_both_roles() -> None:
     with pytest.raises(ValueError, match="kv_producer"):
         FleetSpec((ReplicaGroup("prefill", "m", seed_params(), 1, kv_role="kv_producer", kv_link=LINK),))
+
+
+def test_a_client_leaving_during_the_pull_frees_both_sides() -> None:
+    """The client leaves after the prefill (at t1) but before the pull is in: the decode leg ends
+    aborted, and the prefill replica frees the blocks it held rather than wait for its timeout."""
+    t1 = roofline(16, 16)
+    leave = t1 + pull(16) / 2
+    sim = FleetSimulation(pd_fleet(1, 1), FleetWorkload((request(0, 0.0, 16, 3, abort_at=leave),)), audit=True)
+    (outcome,) = sim.run().requests
+    assert outcome.aborted
+    assert outcome.e2e == pytest.approx(leave)
+    prefill, decode = sim.replicas
+    assert not prefill.scheduler.held
+    assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0

@@ -402,6 +402,14 @@ class FleetSimulation:
         if replica.abort(seq, now, self._passed(replica)):
             ended.append(seq)
         self._changed(replica, version)
+        held = self.prefill_seqs[i]
+        if held is not None and held is not seq:
+            # The client left during the decode leg: the proxy tells the prefill side to free
+            # what it holds (as the live server's decode leg does), not waiting for the timeout.
+            source = self.replicas[self.prefill_replica_of[i]]
+            version = source.version
+            source.release_held(held, now, self._passed(source))
+            self._changed(source, version)
 
     def _ended(self, ended: list[Sequence], now: float) -> None:
         """Record requests that ended at ``now``; free their slots and release what follows them."""
