@@ -282,27 +282,27 @@ def _latencies(lat: Latencies) -> dict[str, Any]:
 
 def fleet_json(fleet: FleetSpec) -> dict[str, Any]:
     r = fleet.router
-    return {
-        "router": {
-            "policy": r.policy,
-            "scrape_interval_ms": r.scrape_interval * 1000,
-            "weights": dataclasses.asdict(r.weights),
-            "seed": r.seed,
-            "dp_aware": r.dp_aware,
-            "prefill_policy": r.prefill,
-            "decode_policy": r.decode,
-        },
-        "replicas": [
-            {
-                "name": g.name,
-                "model": g.model,
-                "count": g.count,
-                "data_parallel": g.data_parallel,
-                "kv_role": g.kv_role,
-            }
-            for g in fleet.groups
-        ],
+    router: dict[str, Any] = {
+        "policy": r.policy,
+        "scrape_interval_ms": r.scrape_interval * 1000,
+        "weights": dataclasses.asdict(r.weights),
+        "seed": r.seed,
     }
+    # Keys of data parallelism and P/D only where they apply (older readers see what they knew).
+    if fleet.has_data_parallel:
+        router["dp_aware"] = r.dp_aware
+    if fleet.disaggregated:
+        router["prefill_policy"] = r.prefill
+        router["decode_policy"] = r.decode
+    replicas: list[dict[str, Any]] = []
+    for g in fleet.groups:
+        group: dict[str, Any] = {"name": g.name, "model": g.model, "count": g.count}
+        if g.data_parallel > 1:
+            group["data_parallel"] = g.data_parallel
+        if g.kv_role is not None:
+            group["kv_role"] = g.kv_role
+        replicas.append(group)
+    return {"router": router, "replicas": replicas}
 
 
 def summary_json(s: FleetSummary) -> dict[str, Any]:
