@@ -160,7 +160,10 @@ class FleetSpec:
 
     def aggregated(self) -> FleetSpec:
         """The same GPUs, each serving whole requests (no kv_transfer), behind ``router.policy``."""
-        groups = tuple(dataclasses.replace(g, kv_role=None, kv_link=None) for g in self.groups)
+        groups = tuple(
+            dataclasses.replace(g, params=dataclasses.replace(g.params, kv_link=None), kv_role=None, kv_link=None)
+            for g in self.groups
+        )
         return FleetSpec(groups, dataclasses.replace(self.router, prefill_policy=None, decode_policy=None))
 
     @property
