@@ -92,3 +92,14 @@ def test_the_data_parallel_example_compares_routing_by_replica_and_by_rank(tmp_p
         ("least-requests", True),
     ]
     assert all(len(r["summary"]["replicas"]) == 8 for r in rows)
+
+
+def test_a_data_parallel_model_alone_plans_its_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    args = ["plan", "--config", str(EXAMPLES / "pd-models.yml"), "--model", "llama-3.1-8b-dp4"]
+    shape = ["--rate", "20", "--duration", "2", "--prompt-tokens", "500", "--output-tokens", "50"]
+    assert main([*args, *shape, "--json", str(out)]) == 0
+    replicas = json.loads(out.read_text())["summary"]["replicas"]
+    assert [r["name"] for r in replicas] == [f"llama-3.1-8b-dp4/0/{r}" for r in range(4)]
+    # vLLM's balancer spreads them: every rank serves some.
+    assert all(r["num_requests"] > 0 for r in replicas)

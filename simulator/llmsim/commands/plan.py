@@ -181,7 +181,10 @@ def _fleet(args: argparse.Namespace, config: ModelsConfig, file: str) -> FleetSp
         count = 1 if args.replicas is None else args.replicas
         if count < 1:
             raise ValueError("--replicas must be >= 1")
-        fleet = FleetSpec((ReplicaGroup(args.model, args.model, params, count),))
+        dp = config.model(args.model).data_parallel
+        ranks = dp.size if dp.rank is None else 1
+        group = ReplicaGroup(args.model, args.model, params, count, ranks, dp.load_balancing == "external")
+        fleet = FleetSpec((group,))
     router = fleet.router
     if args.router is not None:
         # Both picks of a disaggregated fleet, too.
