@@ -78,20 +78,35 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
     hw = config.hardware[model.hardware]
     sched = model.scheduler or SchedulerSection()
     latency = model.latency
+    tp = model.tensor_parallel_size
+    if tp > 1 and hw.interconnect_bandwidth_gbps is None:
+        raise ConfigError(
+            file,
+            f"tensor_parallel_size {tp} needs hardware '{model.hardware}' to give interconnect_bandwidth_gbps",
+            entry=config.entry_label(model.name),
+            field="tensor_parallel_size",
+        )
     gpu = GpuSpec(
         hbm_bytes=hw.hbm_gib * 2**30,
         memory_bandwidth=hw.memory_bandwidth_gbps * 1e9,
         peak_flops=hw.peak_tflops * 1e12,
+        interconnect_bandwidth=(hw.interconnect_bandwidth_gbps or 0.0) * 1e9,
+        interconnect_latency_s=(hw.interconnect_latency_us or 0.0) / 1e6,
     )
+    arch = model.architecture
     default_batch_tokens, default_sequences = default_limits(gpu)
     try:
         params = SchedulerParams(
             gpu=gpu,
             model=ModelSpec(
-                num_parameters=model.weights.parameters_billions * 1e9,
+                num_parameters=model.weights.active_parameters,
                 weight_bytes=model.weights.bytes,
                 kv_bytes_per_token=model.kv_cache.bytes_per_token,
+                num_hidden_layers=arch.num_hidden_layers if arch else 0,
+                hidden_size=arch.hidden_size if arch else 0,
+                num_key_value_heads=arch.num_key_value_heads if arch else 0,
             ),
+            tensor_parallel_size=tp,
             context_length=model.context_length,
             block_size=model.kv_cache.block_size,
             gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,

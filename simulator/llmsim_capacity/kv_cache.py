@@ -16,7 +16,7 @@ def num_kv_blocks(
     hbm_bytes: float,
     gpu_memory_utilization: float,
     weight_bytes: float,
-    kv_bytes_per_token: int,
+    kv_bytes_per_token: float,
     block_size: int,
 ) -> int:
     """KV blocks left after the weights: floor((HBM x utilisation - weights) / bytes per block).
@@ -31,7 +31,7 @@ def num_kv_blocks(
         raise CapacityError(
             f"the weights ({weight_bytes / 1e9:.2f} GB) leave no room for the KV cache in "
             f"{gpu_memory_utilization:g} x {hbm_bytes / GIB:g} GiB of HBM "
-            f"(one block of {block_size} tokens needs {block_bytes} B)"
+            f"(one block of {block_size} tokens needs {block_bytes:.0f} B)"
         )
     return blocks
 

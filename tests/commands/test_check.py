@@ -60,6 +60,7 @@ def test_json_has_the_same_facts(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert body["models"]["quick"] == {
         "engine": "fixed",
         "hardware": None,
+        "tensor_parallel_size": 1,
         "kv_cache_blocks": None,
         "block_size": None,
         "kv_cache_tokens": None,
@@ -68,3 +69,21 @@ def test_json_has_the_same_facts(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "timing": {},
     }
     assert set(body["calibration_data"]) == {"A1", "A4"}
+
+
+def test_a_tensor_parallel_model_names_its_gpus_and_per_gpu_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "models.yml"
+    path.write_text(
+        "models:\n"
+        "  - {name: tp, engine: scheduler, profile: llama-3.1-70b, hardware: h100-80gb, context_length: 8192,\n"
+        "     tensor_parallel_size: 4}\n"
+    )
+    assert main(["check", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "tp: scheduler engine on 4 x h100-80gb (tensor parallel)"
+    # One GPU's blocks: (0.9 x 80 GiB - 141.2 GB / 4) / (327,680 B / 4 x 16) = 32,050.
+    assert lines[2] == "  KV cache   32,050 blocks of 16 tokens (512,800 tokens) on every GPU"
+    assert main(["check", "--config", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"]["tp"]["tensor_parallel_size"] == 4

@@ -35,10 +35,11 @@ API_SERVER = ["-m", "vllm.entrypoints.openai.api_server"]
     ids=["vllm serve", "api_server"],
 )
 def test_the_arguments_reach_llmsim_serve(entry: list[str]) -> None:
-    refused = run(*entry, "--max-model-len", "32768", "--tensor-parallel-size", "4")
+    refused = run(*entry, "--max-model-len", "32768", "--tensor-parallel-size", "3")
     assert refused.returncode == 2
     assert refused.stderr == (
-        "llmsim: --tensor-parallel-size: 4: tensor parallelism is not simulated yet (one simulated GPU per model)\n"
+        "llmsim: --tensor-parallel-size: Total number of attention heads (32) must be divisible by tensor "
+        "parallel size (3).\n"
     )
     unknown = run(*entry, "--no-such-flag")
     assert unknown.returncode == 2

@@ -131,6 +131,23 @@ def test_token_count_histograms_use_1_2_5_buckets_up_to_the_context() -> None:
     assert [p.bucket(gen, le) for le in ("1.0", "2.0", "5.0", "+Inf")] == [2, 2, 3, 3]
 
 
+def test_prefill_kv_computed_tokens_leave_out_the_prefix_cache_hit() -> None:
+    hub, m = fed()
+    # D: a 64-token prompt of which 48 (three blocks of 16) were in the prefix cache: 16 computed.
+    m.on_request_finished(
+        RequestStats(RequestId("d"), 64, 2, FinishReason.STOP, 4.0, 4.0, 4.125, 4.25, 0, [4.125, 4.25], 48)
+    )
+    p = parse(hub.render().decode())
+    name = "vllm:request_prefill_kv_computed_tokens"
+    assert p.types[name] == "histogram"
+    # Observed: A 100, B 30 (aborted waiting: nothing cached), C 10, D 64 - 48 = 16.
+    assert [p.bucket(name, le) for le in ("10.0", "20.0", "50.0", "100.0", "+Inf")] == [1, 2, 3, 4, 4]
+    assert p.get(name + "_sum", **M) == 156
+    # The same 1-2-5 buckets up to max_model_len as the prompt histogram.
+    assert p.has(name + "_bucket", **M, le="2000.0")
+    assert not p.has(name + "_bucket", **M, le="5000.0")
+
+
 def test_step_histograms() -> None:
     p = page()
     # Tokens per step: 100, 11, 3 -> le 8: 1, le 16: 2, le 128: 3.
@@ -270,6 +287,7 @@ def test_types_are_vllms() -> None:
         "vllm:request_decode_time_seconds",
         "vllm:request_prompt_tokens",
         "vllm:request_generation_tokens",
+        "vllm:request_prefill_kv_computed_tokens",
         "vllm:iteration_tokens_total",
         "llmsim_token_lag_seconds",
         "llmsim_step_lag_seconds",

@@ -208,6 +208,10 @@ NOT_IN_THE_CRD = {
     "aliases": "not exposed yet (the vLLM form's --served-model-name sets it)",
     "kv_transfer": "not exposed yet",
     "data_parallel": "not exposed yet",
+    "tensor_parallel_size": "not exposed yet: the operator's pods and capacity are one GPU each",
+    "pipeline_parallel_size": "only 1 is simulated",
+    "architecture": "comes with the built-in profile; needed only by tensor_parallel_size",
+    "weights.active_parameters_billions": "comes with the built-in profile (mixture of experts)",
 }
 
 

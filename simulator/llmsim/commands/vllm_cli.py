@@ -4,7 +4,7 @@
 vLLM's names and meanings, and builds the one-model models.yml mapping the config loader validates:
 every check of a file applies, and an error names the flag it came from. docs/vllm-cli.md maps each
 flag. Flags that only change a real GPU's internals are accepted with one warning naming them; a flag
-whose meaning llmsim does not simulate (tensor parallelism, several ranks) is refused, not ignored.
+whose meaning llmsim does not simulate (pipeline parallelism, several ranks) is refused, not ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import llmsim_capacity
 from llmsim.config import ModelsConfig
 from llmsim.config.loader import builtin_model_profiles, read_data_file, validate_models_config
+from llmsim.engine.scheduler.params import kv_bytes_per_gpu
 from llmsim.errors import ConfigError, parse_yaml
 
 __all__ = [
@@ -295,15 +296,13 @@ def _resolve_model(model_id: str) -> tuple[str, float | None]:
 
 
 def _refuse_parallel(args: argparse.Namespace) -> None:
-    for dest, flag, what in (
-        ("tensor_parallel_size", "--tensor-parallel-size", "tensor"),
-        ("pipeline_parallel_size", "--pipeline-parallel-size", "pipeline"),
+    for dest, flag in (
+        ("tensor_parallel_size", "--tensor-parallel-size"),
+        ("pipeline_parallel_size", "--pipeline-parallel-size"),
     ):
         size = getattr(args, dest)
         if size is not None and size < 1:
             raise VllmArgError(flag, f"must be >= 1, got {size}")
-        if size is not None and size > 1:
-            raise VllmArgError(flag, f"{size}: {what} parallelism is not simulated yet (one simulated GPU per model)")
     if args.data_parallel_size is not None and args.data_parallel_size != 1:
         raise VllmArgError(
             "--data-parallel-size",
@@ -375,7 +374,7 @@ def _lora(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any] | No
 
 
 def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
-    """The models.yml mapping vLLM's flags describe (one scheduler model on one simulated GPU)."""
+    """The models.yml mapping vLLM's flags describe (one scheduler model on one simulated GPU or TP group)."""
     _refuse_parallel(args)
     if args.vllm_ignored_enable_auto_tool_choice and args.vllm_ignored_tool_call_parser is None:
         # vLLM's validate_parsed_serve_args.
@@ -397,6 +396,10 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         "weights": {"bytes_per_parameter": _weight_bytes(args, checkpoint_bytes)},
         "kv_cache": {"bytes_per_token": _kv_bytes_per_token(args, profile_kv)},
     }
+    # The schema checks them (TP against the model's heads; PP > 1 is refused there, naming why).
+    for dest in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if getattr(args, dest) is not None:
+            entry[dest] = getattr(args, dest)
     if args.max_model_len is not None and args.max_model_len != AUTO:
         entry["context_length"] = args.max_model_len
     for dest, key in (
@@ -450,6 +453,8 @@ _FIELD_FLAGS = {
     "lora": "--max-loras/--max-cpu-loras",
     "kv_events": "--kv-events-config",
     "faults.seed": "--seed",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
 }
 
 
@@ -491,12 +496,15 @@ def _fitted_context(config: ModelsConfig) -> int | None:
     assert model.hardware is not None
     assert model.weights is not None
     assert model.kv_cache is not None
+    tp = model.tensor_parallel_size
+    heads = model.architecture.num_key_value_heads if model.architecture else 0
     try:
+        # One tensor-parallel rank's blocks: its weight shard and its share of the KV heads.
         blocks = llmsim_capacity.num_kv_blocks(
             hbm_bytes=config.hardware[model.hardware].hbm_gib * llmsim_capacity.GIB,
             gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,
-            weight_bytes=model.weights.bytes,
-            kv_bytes_per_token=model.kv_cache.bytes_per_token,
+            weight_bytes=model.weights.bytes / tp,
+            kv_bytes_per_token=kv_bytes_per_gpu(model.kv_cache.bytes_per_token, tp, heads),
             block_size=model.kv_cache.block_size,
         )
     except llmsim_capacity.CapacityError:

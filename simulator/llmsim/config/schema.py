@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 import llmsim_capacity
 from llmsim.errors import entry_label
@@ -48,6 +48,14 @@ class HardwareProfile(_Section):
     hbm_gib: PositiveFloat = Field(description="GPU memory in GiB.")
     memory_bandwidth_gbps: PositiveFloat = Field(description="Memory bandwidth in GB/s (1e9 bytes/s).")
     peak_tflops: PositiveFloat = Field(description="Dense FP16/BF16 tensor throughput in TFLOPS (no sparsity).")
+    interconnect_bandwidth_gbps: PositiveFloat | None = Field(
+        default=None,
+        description="GPU-to-GPU link bandwidth each way in GB/s, what tensor parallelism's all-reduces cross "
+        "(NVLink 4: 450); unset: tensor_parallel_size must stay 1.",
+    )
+    interconnect_latency_us: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="Fixed cost of one all-reduce over the interconnect, in microseconds (unset: 0)."
+    )
     description: str = ""
 
 
@@ -61,9 +69,40 @@ class Weights(_Section):
         f"(default: the profile's, else {llmsim_capacity.DEFAULT_BYTES_PER_PARAMETER:g}).",
     )
 
+    active_parameters_billions: PositiveFloat | None = Field(
+        default=None,
+        description="Mixture of experts: parameters one token is multiplied by (shared layers and the routed "
+        "experts), in billions; sets the FLOPs, while parameters_billions sets the memory (default: all).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Weights:
+        if self.active_parameters_billions is not None and self.active_parameters_billions > self.parameters_billions:
+            raise ValueError(
+                f"active_parameters_billions ({self.active_parameters_billions:g}) must be <= parameters_billions "
+                f"({self.parameters_billions:g})"
+            )
+        return self
+
     @property
     def bytes(self) -> float:
         return self.parameters_billions * 1e9 * self.bytes_per_parameter
+
+    @property
+    def active_parameters(self) -> float:
+        """Parameters one token's forward pass multiplies by."""
+        return (self.active_parameters_billions or self.parameters_billions) * 1e9
+
+
+class Architecture(_Section):
+    """The model's shape, with its Hugging Face config.json names (what tensor parallelism needs)."""
+
+    num_hidden_layers: PositiveInt = Field(description="Transformer layers (two all-reduces each under TP).")
+    hidden_size: PositiveInt = Field(description="Width of the activations an all-reduce sums.")
+    num_attention_heads: PositiveInt = Field(description="Query heads (tensor_parallel_size must divide them).")
+    num_key_value_heads: PositiveInt = Field(
+        description="KV heads: split across tensor-parallel ranks, replicated once there are more ranks than heads."
+    )
 
 
 class KVCache(_Section):
@@ -393,6 +432,19 @@ class ModelConfig(_Section):
         description="Disaggregated prefill/decode: this replica's role and the link KV crosses (scheduler "
         "engine only).",
     )
+    architecture: Architecture | None = Field(
+        default=None, description="The model's shape (built-in profiles have it); needed by tensor_parallel_size > 1."
+    )
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=1,
+        description="GPUs one replica's weights, KV cache and FLOPs are split across (vLLM's --tensor-parallel-size; "
+        "scheduler engine only when > 1; docs/parallelism.md).",
+    )
+    pipeline_parallel_size: Annotated[int, Field(ge=1)] = Field(
+        default=1,
+        description="vLLM's --pipeline-parallel-size: only 1; pipeline parallelism is not simulated "
+        "(docs/parallelism.md says why).",
+    )
     data_parallel: DataParallel = Field(
         default=DataParallel(),
         description="Data-parallel ranks: independent simulated GPUs in one process (scheduler engine only "
@@ -403,6 +455,43 @@ class ModelConfig(_Section):
         description="Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details; off "
         "by default, as in vLLM).",
     )
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _check_tensor_parallel(cls, tp: int, info: ValidationInfo) -> int:
+        # Fields are validated in order: engine and architecture come before this one.
+        if tp == 1:
+            return tp
+        engine = info.data.get("engine")
+        if engine is not None and engine != "scheduler":
+            raise ValueError(f"{tp}: tensor parallelism needs engine: scheduler (this model's engine is {engine})")
+        arch = info.data.get("architecture")
+        if arch is None:
+            raise ValueError(f"{tp}: tensor parallelism needs the model's architecture (built-in profiles have it)")
+        if arch.num_attention_heads % tp:
+            # vLLM's check and message (config/parallel.py, verify_with_model_config).
+            raise ValueError(
+                f"Total number of attention heads ({arch.num_attention_heads}) must be divisible by tensor "
+                f"parallel size ({tp})."
+            )
+        heads = arch.num_key_value_heads
+        if heads % tp and tp % heads:
+            raise ValueError(
+                f"Total number of key/value heads ({heads}) and tensor parallel size ({tp}): one must divide the "
+                "other (vLLM splits KV heads across ranks or replicates them)"
+            )
+        return tp
+
+    @field_validator("pipeline_parallel_size")
+    @classmethod
+    def _no_pipeline(cls, value: int) -> int:
+        if value > 1:
+            raise ValueError(
+                f"{value}: pipeline parallelism is not simulated: vLLM V1 keeps up to that many micro-batches in "
+                "flight, one per stage, which llmsim's one-batch-at-a-time step loop cannot represent; use "
+                "tensor_parallel_size (docs/parallelism.md)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -104,6 +104,11 @@ HISTOGRAMS: tuple[Family[Histogram], ...] = (
         lambda m: m.request_generation_tokens,
     ),
     Family(
+        "vllm:request_prefill_kv_computed_tokens",
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+        lambda m: m.prefill_kv_computed,
+    ),
+    Family(
         "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", lambda m: m.iteration_tokens
     ),
     Family(

@@ -73,6 +73,7 @@ class ModelMetrics:
         token_buckets = buckets.build_1_2_5_buckets(max_model_len)
         self.request_prompt_tokens = Histogram(token_buckets)
         self.request_generation_tokens = Histogram(token_buckets)
+        self.prefill_kv_computed = Histogram(token_buckets)
         self.iteration_tokens = Histogram(buckets.ITERATION_TOKENS_BUCKETS)
         # llmsim's own.
         self.token_lag = Histogram(buckets.LAG_BUCKETS)
@@ -133,6 +134,9 @@ class ModelMetrics:
         summary.queue_time.add(queue_time)
         self.request_prompt_tokens.observe(stats.prompt_tokens)
         self.request_generation_tokens.observe(stats.output_tokens)
+        # vLLM's vllm:request_prefill_kv_computed_tokens: the prompt less its prefix-cache hit, for
+        # every finished request, as vLLM observes it (one aborted while waiting hit nothing).
+        self.prefill_kv_computed.observe(stats.prompt_tokens - max(stats.num_cached_tokens, 0))
         if first is None:
             return  # no token: prefill, decode and per-token latencies are undefined
 

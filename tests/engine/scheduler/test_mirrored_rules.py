@@ -62,6 +62,19 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[Arrival], int]:
     # Memory-bound steps (the toy model's 10 ms of weights) or compute-bound ones (20 ms a token).
     flops = draw(st.sampled_from([params.gpu.peak_flops, 1e8]))
     params = dataclasses.replace(params, gpu=dataclasses.replace(params.gpu, peak_flops=flops))
+    if draw(st.booleans()):
+        # Two tensor-parallel ranks of a model twice the toy's size: each rank holds what the toy
+        # does (the same blocks), and every step pays all-reduces (a fixed part and one per token).
+        model = dataclasses.replace(
+            params.model,
+            num_parameters=2 * params.model.num_parameters,
+            weight_bytes=2 * params.model.weight_bytes,
+            kv_bytes_per_token=2,
+            num_hidden_layers=2,
+            hidden_size=64,
+        )
+        gpu = dataclasses.replace(params.gpu, interconnect_bandwidth=1e6, interconnect_latency_s=1e-4)
+        params = dataclasses.replace(params, model=model, gpu=gpu, tensor_parallel_size=2)
     capacity = num_blocks * block_size
     arrivals = []
     # A crowd arriving in the first steps keeps a queue behind a full pool or batch.

@@ -1,4 +1,4 @@
-"""The scheduler engine: continuous batching on one simulated GPU, following vLLM V1's rules.
+"""The scheduler engine: continuous batching on one simulated GPU (or tensor-parallel group), following vLLM V1's rules.
 
 Three tiers, dependencies pointing down only:
 

@@ -397,6 +397,7 @@ class DecodeRun(Generic[S]):
         kv_seconds_per_token = cost.kv_seconds_per_token
         overhead = cost.overhead
         overhead_per_sequence = cost.overhead_per_sequence
+        all_reduce_seconds_per_token = cost.all_reduce_seconds_per_token
         allocs_at = plan.allocs_at
         stores_at = plan.stores_at
         waiting = plan.waiting
@@ -425,6 +426,7 @@ class DecodeRun(Generic[S]):
         # The same products as below, made again only when the batch shrinks.
         compute = seconds_per_token * batch
         per_sequence = overhead_per_sequence * batch
+        all_reduce = all_reduce_seconds_per_token * batch
         # Once per step of the run: a handful of integer and float operations.
         while j < stop:
             # The scheduler is busy at every step of a run (someone is still running).
@@ -440,7 +442,7 @@ class DecodeRun(Generic[S]):
                 break
             context = computed + batch * (j + 1)
             memory = weight_seconds + kv_seconds_per_token * context
-            duration = (compute if compute > memory else memory) + overhead + per_sequence
+            duration = (compute if compute > memory else memory) + overhead + per_sequence + all_reduce
             end = t + duration
             if end > next_abort:
                 over = True
@@ -463,6 +465,7 @@ class DecodeRun(Generic[S]):
                         stores_at[(-c0[p] - 1) % bs] -= 1
                 compute = seconds_per_token * batch
                 per_sequence = overhead_per_sequence * batch
+                all_reduce = all_reduce_seconds_per_token * batch
                 if self._lora_steps and any(seqs[p].lora_name is not None for p in done):
                     self._lora_steps.add(j + 1)
                 f += 1

@@ -18,15 +18,27 @@ class GpuSpec:
     hbm_bytes: float  # hbm_gib * 2**30
     memory_bandwidth: float  # bytes/s  (memory_bandwidth_gbps * 1e9)
     peak_flops: float  # FLOP/s   (peak_tflops * 1e12)
+    # The GPU-to-GPU link tensor parallelism's all-reduces cross: bytes/s each way
+    # (interconnect_bandwidth_gbps * 1e9) and the fixed cost of one all-reduce (s). 0: none known.
+    interconnect_bandwidth: float = 0.0
+    interconnect_latency_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """What the roofline needs to know about the model."""
 
-    num_parameters: float  # parameters_billions * 1e9
-    weight_bytes: float  # num_parameters * bytes_per_parameter
+    # Parameters one token's forward pass multiplies by: all of them for a dense model, the active
+    # ones (shared layers + the routed experts) for a mixture of experts (active_parameters_billions * 1e9).
+    num_parameters: float
+    # Bytes of every weight, all experts included (what HBM holds): total parameters * bytes_per_parameter.
+    weight_bytes: float
+    # KV bytes per token over all layers and KV heads (all tensor-parallel ranks together).
     kv_bytes_per_token: int
+    # The shape tensor parallelism needs (Hugging Face config.json names); 0: unknown.
+    num_hidden_layers: int = 0
+    hidden_size: int = 0
+    num_key_value_heads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +99,8 @@ class SchedulerParams:
     enable_kv_cache_events: bool = False
     # LoRA adapters (None: LoRA off, as vLLM without --enable-lora).
     lora: LoraParams | None = None
+    # vLLM's --tensor-parallel-size: GPUs one replica's weights and KV cache are split across.
+    tensor_parallel_size: int = 1
     # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
     # while running sequences keep the GPU busy joins one step later than with synchronous
     # scheduling. Off here (the plain timeline); runtime.py turns it on, as vLLM does by default since late 2025.
@@ -130,6 +144,45 @@ class SchedulerParams:
             raise ValueError(f"kv_abort_timeout_s must be > 0, got {self.kv_abort_timeout_s}")
         if self.model.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be >= 1, got {self.model.kv_bytes_per_token}")
+        tp = self.tensor_parallel_size
+        if tp < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tp}")
+        if tp > 1:
+            model, gpu = self.model, self.gpu
+            if model.num_hidden_layers < 1 or model.hidden_size < 1:
+                raise ValueError("tensor_parallel_size > 1 needs the model's num_hidden_layers and hidden_size")
+            if gpu.interconnect_bandwidth <= 0:
+                raise ValueError("tensor_parallel_size > 1 needs the GPU's interconnect bandwidth")
+            heads = model.num_key_value_heads
+            # vLLM's check (config/model.py): KV heads are split when TP divides them, replicated
+            # when they divide TP; any other pair cannot be sharded.
+            if heads and heads % tp and tp % heads:
+                raise ValueError(
+                    f"Total number of key/value heads ({heads}) must be divisible by tensor parallel size ({tp}) "
+                    "or the other way round"
+                )
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """The weights one tensor-parallel rank holds and reads each step (an even shard)."""
+        return self.model.weight_bytes / self.tensor_parallel_size
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """One token's KV on one rank: its share of the KV heads.
+
+        vLLM gives each rank ``max(1, heads // tp)`` KV heads: past ``tp == heads`` the heads are
+        replicated, so a rank's share stops shrinking at one head (``kv / heads``).
+        """
+        return kv_bytes_per_gpu(
+            self.model.kv_bytes_per_token, self.tensor_parallel_size, self.model.num_key_value_heads
+        )
+
+
+def kv_bytes_per_gpu(kv_bytes_per_token: float, tensor_parallel_size: int, num_key_value_heads: int = 0) -> float:
+    """One token's KV bytes on one of ``tensor_parallel_size`` ranks (0 heads: unknown, an even split)."""
+    tp = tensor_parallel_size
+    return kv_bytes_per_token / (min(tp, num_key_value_heads) if num_key_value_heads else tp)
 
 
 #: vLLM V1's scheduler defaults (API server) by GPU memory: at least this much HBM takes the large table.
@@ -148,6 +201,10 @@ def default_limits(gpu: GpuSpec) -> tuple[int, int]:
 def num_kv_blocks(params: SchedulerParams) -> int:
     """KV blocks left after the weights (the formula lives in llmsim_capacity, shared with the operator).
 
+    With tensor parallelism this is one rank's count, as vLLM's is: every rank holds the same
+    blocks, each with its share of the KV heads, beside its shard of the weights. So the tokens
+    the cache holds grow with the GPU count faster than the GPUs (each sheds weight bytes too).
+
     This is vLLM's ``num_gpu_blocks``; block 0 of them is the null block, so requests can use one
     fewer. Raises ValueError (:class:`llmsim_capacity.CapacityError`) when the weights leave no room
     for the null block and one more.
@@ -155,8 +212,8 @@ def num_kv_blocks(params: SchedulerParams) -> int:
     return llmsim_capacity.num_kv_blocks(
         hbm_bytes=params.gpu.hbm_bytes,
         gpu_memory_utilization=params.gpu_memory_utilization,
-        weight_bytes=params.model.weight_bytes,
-        kv_bytes_per_token=params.model.kv_bytes_per_token,
+        weight_bytes=params.weight_bytes_per_gpu,
+        kv_bytes_per_token=params.kv_bytes_per_token_per_gpu,
         block_size=params.block_size,
     )
 
