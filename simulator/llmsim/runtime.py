@@ -236,6 +236,11 @@ def local_ranks(model: ModelConfig, only_rank: int | None = None) -> list[int]:
     return list(range(dp.size))
 
 
+def load_config(config_path: str | Path | None) -> tuple[ModelsConfig, str]:
+    """models.yml parsed and checked (the embedded one without a path), and what errors call it."""
+    return load_models_config(config_path), str(config_path) if config_path is not None else EMBEDDED_MODELS
+
+
 def external_ports(config: ModelsConfig, file: str = EMBEDDED_MODELS) -> int:
     """How many servers (ports) this config needs: N for external load balancing over N ranks in
     one process (vLLM's --data-parallel-multi-port-external-lb: rank r on port + r), else 1.
@@ -391,11 +396,7 @@ def build_runtime(
     ``config_path``; ``dp_rank``: serve only this data-parallel rank of each model (the server of
     one port of an external-load-balancing deployment run in one process, :func:`external_ports`).
     """
-    if checked_config is not None:
-        config, file = checked_config
-    else:
-        config = load_models_config(config_path)
-        file = str(config_path) if config_path is not None else EMBEDDED_MODELS
+    config, file = checked_config if checked_config is not None else load_config(config_path)
     ports = external_ports(config, file)
     if ports > 1 and dp_rank is None:
         raise ConfigError(
