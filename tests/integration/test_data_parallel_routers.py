@@ -161,6 +161,41 @@ def test_vllm_router_power_of_two_avoids_the_loaded_replica(tmp_path: Path) -> N
         assert finished(metrics(busy), 0) == 0
 
 
+@needs_vllm_router
+def test_vllm_router_kv_aware_follows_each_ranks_kv_events(tmp_path: Path) -> None:
+    """vllm-router --policy kv_aware with --kv-event-source (one ZMQ endpoint per rank, vLLM's
+    port + rank): it indexes each rank's BlockStored events and sends a prompt to the rank that
+    holds its blocks. Prompt A is first served on rank 0 and prompt B on rank 1 (pinned, straight
+    to the server); then four of each through the router land on the rank holding them, each
+    repeat a prefix-cache hit there."""
+    assert VLLM_ROUTER is not None
+    events = _two_free_ports()
+    kv = config(2) + f'    kv_events: {{enable_kv_cache_events: true, endpoint: "tcp://*:{events}"}}\n'
+    prompts = [PROMPT, "An entirely different question about ships, sails and the sea " * 6]
+    with running_server(tmp_path, config=kv, responses=RESPONSES) as server:
+        sources = f"{server.base_url}=tcp://127.0.0.1:{events},tcp://127.0.0.1:{events + 1}"
+        argv = [VLLM_ROUTER, "--worker-urls", server.base_url, "--policy", "kv_aware"]
+        argv += ["--intra-node-data-parallel-size", "2", "--kv-event-source", sources, "--kv-event-model", "sim"]
+        with running_router(tmp_path, argv) as router:
+            # The router's SUB sockets connect as it starts: give them a moment before the events
+            # it must see (ZMQ drops what a PUB sends before a subscriber is there).
+            time.sleep(1.0)
+            for rank, prompt in enumerate(prompts):
+                body = {"model": "sim", "prompt": prompt, "max_tokens": 2}
+                r = httpx.post(
+                    server.base_url + "/v1/completions", json=body, headers={"X-data-parallel-rank": str(rank)}
+                )
+                assert r.status_code == 200
+            time.sleep(1.0)
+            for _ in range(4):
+                for prompt in prompts:
+                    complete(router, prompt=prompt)
+        page = metrics(server)
+    assert [finished(page, r) for r in range(2)] == [5, 5]
+    assert hits(page, 0) > 0
+    assert hits(page, 1) > 0
+
+
 @needs_sglang_router
 def test_sglang_router_dp_aware_pins_ranks_through_the_body(tmp_path: Path) -> None:
     """sglang-router --dp-aware --policy cache_aware: it reads ``dp_size`` (4) from /server_info,
