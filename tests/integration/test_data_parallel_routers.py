@@ -250,8 +250,14 @@ def test_external_load_balancing_serves_each_rank_on_its_own_port(tmp_path: Path
         for rank in range(2):
             url = f"http://127.0.0.1:{port + rank}"
             complete(url)
+            # Streamed too: every port's step loops release on the one event loop they share.
+            body = {"model": "sim", "prompt": "Hello", "max_tokens": 5, "ignore_eos": True, "stream": True}
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+                events = [line for line in r.iter_lines() if line.startswith("data: ")]
+            assert events[-1] == "data: [DONE]"
+            assert len(events) == 5 + 1
             pages[rank] = metrics(server, port + rank)
             assert httpx.get(url + "/server_info").json()["dp_size"] == 1
     for rank, page in pages.items():
-        assert finished(page, rank) == 1
+        assert finished(page, rank) == 2
         assert not page.has("vllm:num_requests_running", model_name="sim", engine=str(1 - rank))

@@ -17,7 +17,7 @@ from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.commands import vllm_cli
 from llmsim.errors import ConfigError
-from llmsim.runtime import build_runtime, external_ports, load_config
+from llmsim.runtime import LoopShare, build_runtime, external_ports, load_config
 from llmsim.transport import ConnectionLimits, default_max_connections, fast_path_enabled, http_setting
 from llmsim.transport.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_REQUEST_TIMEOUT_S
 
@@ -154,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = checked or load_config(args.config)
         # vLLM's --data-parallel-multi-port-external-lb: rank r of every model on port + r, one process.
         ports = external_ports(*loaded)
+        share = LoopShare.create() if ports > 1 else None
         runtimes = [
             build_runtime(
                 args.config,
@@ -171,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
                 fast_path=args.fast_path,
                 checked_config=loaded,
                 dp_rank=rank if ports > 1 else None,
+                share=share,
             )
             for rank in range(ports)
         ]
