@@ -155,3 +155,14 @@ def test_external_load_balancing_over_every_rank_needs_a_server_per_rank(tmp_pat
     config = CONFIG.replace("data_parallel: {size: 4}", "data_parallel: {size: 4, load_balancing: external}")
     with pytest.raises(ConfigError, match="one server per rank"):
         runtime_of(tmp_path, config, RESPONSES)
+
+
+def test_the_docs_example_runs_four_ranks(tmp_path: Path) -> None:
+    # docs/data-parallel.md's models.yml example, served: four ranks on one port.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "data-parallel.md").read_text()
+    start = docs.index("```yaml") + len("```yaml")
+    example = "version: 1\n" + docs[start : docs.index("```", start)]
+    runtime = runtime_of(tmp_path, example, RESPONSES)
+    served = runtime.state.models["llama-3.1-8b"]
+    assert served.dp_ranks == (0, 1, 2, 3)
+    assert len(runtime.metrics.ranks["llama-3.1-8b"]) == 4
