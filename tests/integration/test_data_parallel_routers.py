@@ -242,7 +242,7 @@ def _two_free_ports() -> int:
 
 def test_external_load_balancing_serves_each_rank_on_its_own_port(tmp_path: Path) -> None:
     """vLLM's --data-parallel-multi-port-external-lb in one process: rank r on port + r, each port's
-    /metrics showing its own rank only, and a router in front treating the ports as replicas."""
+    /metrics showing its own rank only (``dp_size: 1`` on /server_info)."""
     port = _two_free_ports()
     multi = config(2).replace("{size: 2}", "{size: 2, load_balancing: external}")
     with running_server(tmp_path, config=multi, responses=RESPONSES, port=port) as server:
@@ -261,3 +261,23 @@ def test_external_load_balancing_serves_each_rank_on_its_own_port(tmp_path: Path
     for rank, page in pages.items():
         assert finished(page, rank) == 2
         assert not page.has("vllm:num_requests_running", model_name="sim", engine=str(1 - rank))
+
+
+@needs_vllm_router
+def test_vllm_router_treats_each_ranks_port_as_a_replica(tmp_path: Path) -> None:
+    """vllm-router --policy cache_aware over the ports of an external-load-balancing server (the
+    llm-d layout: one target per rank): a repeated prompt goes back to the port, so the rank, that
+    cached it."""
+    assert VLLM_ROUTER is not None
+    port = _two_free_ports()
+    multi = config(2).replace("{size: 2}", "{size: 2, load_balancing: external}")
+    with running_server(tmp_path, config=multi, responses=RESPONSES, port=port) as server:
+        urls = [f"http://127.0.0.1:{port + rank}" for rank in range(2)]
+        argv = [VLLM_ROUTER, "--worker-urls", *urls, "--policy", "cache_aware"]
+        with running_router(tmp_path, argv) as router:
+            for _ in range(4):
+                complete(router)
+        landed = [finished(metrics(server, port + rank), rank) for rank in range(2)]
+        cached = [hits(metrics(server, port + rank), rank) for rank in range(2)]
+    assert sorted(landed) == [0, 4]
+    assert cached[landed.index(4)] > 0
