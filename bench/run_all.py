@@ -90,6 +90,7 @@ BENCHES: dict[str, Bench] = {
         unavailable=_no_cluster,
     ),
     "soak": Bench(("bench/bench_soak.py",), quick=("--minutes", "1")),
+    "dp_density": Bench(("bench/bench_dp_density.py",), quick=("--quick",)),
     "experiments": Bench(
         ("-m", "llmsim.cli", "bench", "experiments"),
         quick=("--only", "E1"),

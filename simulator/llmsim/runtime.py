@@ -251,6 +251,11 @@ def local_ranks(model: ModelConfig, only_rank: int | None = None) -> list[int]:
     return list(range(dp.size))
 
 
+def load_config(config_path: str | Path | None) -> tuple[ModelsConfig, str]:
+    """models.yml parsed and checked (the embedded one without a path), and what errors call it."""
+    return load_models_config(config_path), str(config_path) if config_path is not None else EMBEDDED_MODELS
+
+
 def external_ports(config: ModelsConfig, file: str = EMBEDDED_MODELS) -> int:
     """How many servers (ports) this config needs: N for external load balancing over N ranks in
     one process (vLLM's --data-parallel-multi-port-external-lb: rank r on port + r), else 1.
@@ -372,6 +377,24 @@ def _serve_model(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LoopShare:
+    """What the servers of one process share on its one event loop (a server per data-parallel rank's port).
+
+    One clock, and one release gate and arrival watch for every step loop: a release due on any
+    rank holds request parsing on every port, and any step loop notes arrivals on any port.
+    """
+
+    clock: Clock
+    gate: ReleaseGate
+    watch: ArrivalWatch
+
+    @classmethod
+    def create(cls) -> LoopShare:
+        clock = MonotonicClock()
+        return cls(clock, ReleaseGate(clock.now), ArrivalWatch())
+
+
 @dataclass(slots=True)
 class Runtime:
     config: ModelsConfig
@@ -396,6 +419,7 @@ def build_runtime(
     fast_path: bool = True,
     checked_config: tuple[ModelsConfig, str] | None = None,
     dp_rank: int | None = None,
+    share: LoopShare | None = None,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
@@ -404,13 +428,10 @@ def build_runtime(
     ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md);
     ``checked_config``: a config already checked and what errors call it (``vllm serve``'s flags), instead of
     ``config_path``; ``dp_rank``: serve only this data-parallel rank of each model (the server of
-    one port of an external-load-balancing deployment run in one process, :func:`external_ports`).
+    one port of an external-load-balancing deployment run in one process, :func:`external_ports`),
+    with what the servers of that process share (``share``: their clock, release gate and arrival watch).
     """
-    if checked_config is not None:
-        config, file = checked_config
-    else:
-        config = load_models_config(config_path)
-        file = str(config_path) if config_path is not None else EMBEDDED_MODELS
+    config, file = checked_config if checked_config is not None else load_config(config_path)
     ports = external_ports(config, file)
     if ports > 1 and dp_rank is None:
         raise ConfigError(
@@ -420,7 +441,7 @@ def build_runtime(
             field="data_parallel.load_balancing",
         )
     script = load_responses(responses_path)
-    clock = clock or MonotonicClock()
+    clock = share.clock if share is not None else clock or MonotonicClock()
     created = int(time.time())
     models: dict[str, ServedModel] = {}
     hub = MetricsHub()
@@ -430,6 +451,8 @@ def build_runtime(
     gate = ReleaseGate(clock.now) if any(m.engine == "scheduler" for m in config.models) else None
     # Requests that come in while a step loop holds the loop, noted by it (llmsim serve's protocol reads it).
     watch = ArrivalWatch() if gate is not None else None
+    if share is not None and gate is not None:
+        gate, watch = share.gate, share.watch
     poll_arrivals = watch.poll if watch is not None else None
     try:
         for model in config.models:

@@ -155,3 +155,28 @@ def test_external_load_balancing_over_every_rank_needs_a_server_per_rank(tmp_pat
     config = CONFIG.replace("data_parallel: {size: 4}", "data_parallel: {size: 4, load_balancing: external}")
     with pytest.raises(ConfigError, match="one server per rank"):
         runtime_of(tmp_path, config, RESPONSES)
+
+
+def test_the_docs_example_runs_four_ranks(tmp_path: Path) -> None:
+    # docs/data-parallel.md's models.yml example, served: four ranks on one port.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "data-parallel.md").read_text()
+    start = docs.index("```yaml") + len("```yaml")
+    example = "version: 1\n" + docs[start : docs.index("```", start)]
+    runtime = runtime_of(tmp_path, example, RESPONSES)
+    served = runtime.state.models["llama-3.1-8b"]
+    assert served.dp_ranks == (0, 1, 2, 3)
+    assert len(runtime.metrics.ranks["llama-3.1-8b"]) == 4
+
+
+async def test_one_rank_of_a_deployment_is_rank_0_to_sglang(tmp_path: Path) -> None:
+    # /server_info says dp_size 1, so sglang-router pins data_parallel_rank 0 and reads the loads
+    # entry with dp_rank 0: the server's own rank, whatever its global number.
+    config = CONFIG.replace("data_parallel: {size: 4}", "data_parallel: {size: 4, rank: 2, load_balancing: external}")
+    async with app_client(runtime_of(tmp_path, config, RESPONSES)) as http:
+        loads = LoadsResponse.model_validate((await http.get("/v1/loads")).json())
+        info = ServerInfo.model_validate((await http.get("/server_info")).json())
+        assert (await complete(http, None, data_parallel_rank=0)).status_code == 200
+        page = await metrics(http)
+    assert [entry.dp_rank for entry in loads.loads] == [0]
+    assert info.dp_size == 1
+    assert requests_on(page, 2) == 1

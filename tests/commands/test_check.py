@@ -87,3 +87,15 @@ def test_a_tensor_parallel_model_names_its_gpus_and_per_gpu_blocks(
     assert lines[2] == "  KV cache   32,050 blocks of 16 tokens (512,800 tokens) on every GPU"
     assert main(["check", "--config", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["models"]["tp"]["tensor_parallel_size"] == 4
+
+
+def test_a_server_per_rank_is_checked_as_its_first_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # External load balancing over 4 ranks in one process: serve starts a server per rank; check
+    # builds the first (every rank has the same GPU) instead of refusing the config.
+    path = tmp_path / "models.yml"
+    path.write_text(
+        "version: 1\nmodels:\n  - name: big\n    engine: scheduler\n    profile: llama-3.1-8b\n"
+        "    hardware: h100-80gb\n    data_parallel: {size: 4, load_balancing: external}\n"
+    )
+    assert main(["check", "--config", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "big: scheduler engine on h100-80gb"

@@ -14,6 +14,7 @@ import pytest
 from llmsim.cli import build_parser, main
 from llmsim.commands import vllm_cli
 from llmsim.config import ModelConfig
+from llmsim.config.schema import DataParallel
 from llmsim.runtime import scheduler_params
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -98,6 +99,24 @@ MAPPING: list[tuple[list[str], str, Any]] = [
     ([LLAMA, "--tensor-parallel-size", "1", "-pp", "1", "-dp", "1", "--data-parallel-rank", "0"], "name", LLAMA),
     ([LLAMA], "lora", None),
     ([LLAMA], "kv_events", None),
+    # vLLM's data parallelism on one node: every rank in this process.
+    ([LLAMA, "-dp", "4"], "data_parallel", DataParallel(size=4, rank=None, load_balancing="internal")),
+    (
+        [LLAMA, "-dp", "4", "--data-parallel-size-local", "4", "--data-parallel-start-rank", "0"],
+        "data_parallel",
+        DataParallel(size=4, rank=None, load_balancing="internal"),
+    ),
+    ([LLAMA, "-dp", "4", "-dpn", "2"], "data_parallel", DataParallel(size=4, rank=2, load_balancing="external")),
+    (
+        [LLAMA, "-dp", "4", "--data-parallel-rank", "3", "--data-parallel-external-lb"],
+        "data_parallel",
+        DataParallel(size=4, rank=3, load_balancing="external"),
+    ),
+    (
+        [LLAMA, "-dp", "2", "--data-parallel-multi-port-external-lb"],
+        "data_parallel",
+        DataParallel(size=2, rank=None, load_balancing="external"),
+    ),
 ]
 
 
@@ -191,8 +210,14 @@ REFUSED: list[tuple[list[str], str, str]] = [
     ([LLAMA, "--tensor-parallel-size", "3"], "--tensor-parallel-size", "must be divisible by tensor parallel size (3)"),
     ([LLAMA, "--pipeline-parallel-size", "2"], "--pipeline-parallel-size", "pipeline parallelism is not simulated"),
     ([LLAMA, "-pp", "0"], "--pipeline-parallel-size", "must be >= 1"),
-    ([LLAMA, "--data-parallel-size", "2"], "--data-parallel-size", "one data-parallel rank per process"),
-    ([LLAMA, "--data-parallel-rank", "1"], "--data-parallel-rank", "must be 0"),
+    ([LLAMA, "--data-parallel-size", "0"], "--data-parallel-size", "must be >= 1"),
+    ([LLAMA, "--data-parallel-rank", "1"], "--data-parallel-rank", "must be in [0, --data-parallel-size (1))"),
+    ([LLAMA, "-dp", "4", "-dpl", "2"], "--data-parallel-size-local", "every rank"),
+    ([LLAMA, "-dp", "4", "-dpr", "2"], "--data-parallel-start-rank", "ranks from 0"),
+    ([LLAMA, "-dp", "4", "-dph"], "--data-parallel-hybrid-lb", "not simulated"),
+    ([LLAMA, "-dpm"], "--data-parallel-multi-port-external-lb", "--data-parallel-size >= 2"),
+    ([LLAMA, "-dp", "2", "-dpm", "-dpn", "1"], "--data-parallel-multi-port-external-lb", "no --data-parallel-rank"),
+    ([LLAMA, "-dp", "2", "-dpe"], "--data-parallel-external-lb", "needs --data-parallel-rank"),
     (["acme/unknown-7b"], "MODEL", "meta-llama/Llama-3.1-8B-Instruct"),
     ([LLAMA, "--quantization", "bitsandbytes"], "--quantization", "not simulated"),
     ([LLAMA, "--served-model-name", "a", "b", "a"], "--served-model-name", "alias 'a' is already"),

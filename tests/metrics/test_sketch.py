@@ -132,3 +132,21 @@ def test_add_many_of_close_values_is_add_one_by_one(center: float, spread: list[
     assert (many.count, many.min, many.max, many.num_buckets) == (one.count, one.min, one.max, one.num_buckets)
     qs = [i / 100 for i in range(101)]
     assert [many.quantile(q) for q in qs] == [one.quantile(q) for q in qs]
+
+
+def test_merged_sketches_answer_as_one_sketch_of_every_value() -> None:
+    # Two data-parallel ranks' values, merged: the same buckets, hence the same quantiles, as one
+    # sketch fed both sets; count, min and max exact.
+    rng = random.Random(7)
+    a_values = [rng.lognormvariate(-3, 0.5) for _ in range(500)] + [0.0, -0.002]
+    b_values = [rng.lognormvariate(-2, 0.8) for _ in range(300)]
+    a, b, both = QuantileSketch(), QuantileSketch(), QuantileSketch()
+    a.add_many(a_values)
+    b.add_many(b_values)
+    both.add_many(a_values + b_values)
+    a.merge(b)
+    assert (a.count, a.min, a.max) == (802, min(a_values + b_values), max(a_values + b_values))
+    for q in (0.0, 0.1, 0.5, 0.9, 0.99, 1.0):
+        assert a.quantile(q) == both.quantile(q)
+    with pytest.raises(ValueError, match="same accuracy"):
+        a.merge(QuantileSketch(relative_accuracy=0.05))

@@ -73,11 +73,13 @@ def running_server(
     ready_path: str = "/health",
     open_files: int | None = None,
     trust: ssl.SSLContext | None = None,
+    port: int | None = None,
 ) -> Iterator[ServerProcess]:
     """Write the given YAML texts to files, start ``llmsim serve`` and wait for ``ready_path`` to answer 200.
 
     ``open_files``: the server's soft open-file limit (``ulimit -n``), when not inherited.
     ``trust``: the server speaks TLS (``extra_args`` give its certificate); probe it trusting this.
+    ``port``: the port to serve on (default: a free one).
     """
     args = [sys.executable, "-m", "llmsim.cli", "serve", "--host", "127.0.0.1"]
     if config is not None:
@@ -88,7 +90,7 @@ def running_server(
         path = tmp_path / "responses.yml"
         path.write_text(responses)
         args += ["--responses", str(path)]
-    port = free_port()
+    port = port or free_port()
     args += ["--port", str(port), "--log-level", "warning", *extra_args]
     log_path = tmp_path / f"server-{port}.log"
     with log_path.open("wb") as log:

@@ -13,8 +13,9 @@ in two kinds, each answered 400 as vLLM answers it:
 Accepted and ignored, as their effect is on sampling, which a script does not do: the values of
 temperature, top_p, top_k, min_p, the penalties, logit_bias, min_tokens, user, suffix,
 ``kv_transfer_params``, and any unknown field (OpenAI's own clients send new fields before servers
-know them; the P/D and DP routers add theirs: ``no_stop_trim``, ``bootstrap_room``,
-``data_parallel_rank``...). As vLLM, the routes log the unknown fields' names.
+know them; the P/D and DP routers add theirs: ``no_stop_trim``, ``bootstrap_room``...). As vLLM,
+the routes log the unknown fields' names. SGLang's ``data_parallel_rank`` is acted on
+(:mod:`llmsim.api.data_parallel`) and not logged.
 """
 
 from __future__ import annotations

@@ -319,14 +319,16 @@ async def get_load(request: Request) -> Response:
 async def loads(request: Request) -> Response:
     """SGLang's ``GET /v1/loads``, which sglang-router's power_of_two polls first: one entry per data-parallel rank.
 
-    A rank's entry adds up every model's engine of that rank (``dp_rank``: the global rank). Its
+    A rank's entry adds up every model's engine of that rank. ``dp_rank`` counts the ranks this
+    server runs from 0, as the ranks a request may pin (``/server_info``'s ``dp_size`` of them):
+    sglang-router matches an entry to the rank it pins by that number. Its
     token load is the KV cache the requests hold (blocks × block size). An engine without a KV
     cache (instant, fixed) reports no token figures, so the router falls back to its own count of
     requests in flight, as it does for a server without the route.
     """
     per_rank: dict[int, dict[str, Any]] = {}
     for m in _state(request).models.values():
-        for rank, engine in m.ranks():
+        for rank, (_, engine) in enumerate(m.ranks()):
             snap = engine.snapshot()
             entry = per_rank.setdefault(rank, {"dp_rank": rank, "num_running_reqs": 0, "num_waiting_reqs": 0})
             entry["num_running_reqs"] += snap.num_running

@@ -20,7 +20,7 @@ from llmsim.config import ModelConfig, ModelsConfig
 from llmsim.config.calibrated_timing import TIMING_KNOBS, dataset_sources
 from llmsim.config.loader import EMBEDDED_MODELS
 from llmsim.errors import ConfigError
-from llmsim.runtime import build_runtime
+from llmsim.runtime import build_runtime, external_ports, load_config
 
 # Data sets a source names: the one it was fitted to, and one whose value it holds.
 _CITED = re.compile(r"calibration data (\S+) \(|held at (\S+)'s value")
@@ -125,7 +125,10 @@ def report(config: ModelsConfig, infos: Mapping[str, EngineFacts]) -> dict[str, 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        runtime = build_runtime(args.config, args.responses)
+        loaded = load_config(args.config)
+        # A server per rank (external load balancing in one process): every rank alike, check the first.
+        first_rank = 0 if external_ports(*loaded) > 1 else None
+        runtime = build_runtime(args.config, args.responses, checked_config=loaded, dp_rank=first_rank)
     except ConfigError as exc:
         print(f"llmsim: config error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.commands import vllm_cli
 from llmsim.errors import ConfigError
-from llmsim.runtime import build_runtime
+from llmsim.runtime import LoopShare, build_runtime, external_ports, load_config
 from llmsim.transport import ConnectionLimits, default_max_connections, fast_path_enabled, http_setting
 from llmsim.transport.limits import DEFAULT_MAX_HEADER_BYTES, DEFAULT_REQUEST_TIMEOUT_S
 
@@ -151,22 +151,31 @@ def run(args: argparse.Namespace) -> int:
     api_keys = parse_keys(args.api_key or [os.environ.get("LLMSIM_API_KEY")])
     admin_keys = parse_keys(args.admin_key or [os.environ.get("LLMSIM_ADMIN_KEY")])
     try:
-        runtime = build_runtime(
-            args.config,
-            args.responses,
-            access=Access(api_keys, admin_keys),
-            identity=Identity(
-                args.pod_name,
-                args.pod_namespace,
-                inference_pod=os.environ.get("POD_NAME"),
-                inference_namespace=os.environ.get("POD_NAMESPACE"),
-                port=args.port,
-            ),
-            max_request_bytes=args.max_request_bytes,
-            max_request_output_tokens=args.max_request_output_tokens,
-            fast_path=args.fast_path,
-            checked_config=checked,
-        )
+        loaded = checked or load_config(args.config)
+        # vLLM's --data-parallel-multi-port-external-lb: rank r of every model on port + r, one process.
+        ports = external_ports(*loaded)
+        share = LoopShare.create() if ports > 1 else None
+        runtimes = [
+            build_runtime(
+                args.config,
+                args.responses,
+                access=Access(api_keys, admin_keys),
+                identity=Identity(
+                    args.pod_name,
+                    args.pod_namespace,
+                    inference_pod=os.environ.get("POD_NAME"),
+                    inference_namespace=os.environ.get("POD_NAMESPACE"),
+                    port=args.port + rank,
+                ),
+                max_request_bytes=args.max_request_bytes,
+                max_request_output_tokens=args.max_request_output_tokens,
+                fast_path=args.fast_path,
+                checked_config=loaded,
+                dp_rank=rank if ports > 1 else None,
+                share=share,
+            )
+            for rank in range(ports)
+        ]
     except ConfigError as exc:
         if checked is not None:
             print(f"llmsim: {vllm_cli.config_error(exc)}", file=sys.stderr)
@@ -177,26 +186,31 @@ def run(args: argparse.Namespace) -> int:
         logger.info("API key set and no admin key: /admin/*, /sleep and /wake_up refuse every request")
     import uvicorn
 
-    from llmsim.commands.draining_server import DrainingServer
+    from llmsim.commands.draining_server import DrainingServer, run_servers
 
-    config = uvicorn.Config(
-        runtime.app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
-        # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
-        # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
-        # release is at hand is parsed after its pass. uvicorn's own with the fast path off.
-        http=http_setting(runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path, limits=limits),
-        log_level=args.log_level,
-        access_log=False,
-        # After the drain, streams have ended or been aborted: this only bounds their last writes.
-        timeout_graceful_shutdown=5,
-        ssl_keyfile=args.ssl_keyfile,
-        ssl_certfile=args.ssl_certfile,
-        ssl_ca_certs=args.ssl_ca_certs,
-        ssl_cert_reqs=args.ssl_cert_reqs,
-    )
-    DrainingServer(config, runtime.state.lifecycle, args.shutdown_timeout).run()
+    servers = []
+    for rank, runtime in enumerate(runtimes):
+        config = uvicorn.Config(
+            runtime.app,
+            host=args.host,
+            port=args.port + rank,
+            loop="uvloop",
+            # httptools, stamping each request's arrival as its first byte is parsed, or earlier when
+            # a step loop's poll saw its bytes while it held the loop (the runtime's clock is
+            # MonotonicClock's time.monotonic, the stamp's timebase); a new request read while a
+            # release is at hand is parsed after its pass. uvicorn's own with the fast path off.
+            http=http_setting(
+                runtime.arrival_watch, runtime.state.release_gate, fast_path=args.fast_path, limits=limits
+            ),
+            log_level=args.log_level,
+            access_log=False,
+            # After the drain, streams have ended or been aborted: this only bounds their last writes.
+            timeout_graceful_shutdown=5,
+            ssl_keyfile=args.ssl_keyfile,
+            ssl_certfile=args.ssl_certfile,
+            ssl_ca_certs=args.ssl_ca_certs,
+            ssl_cert_reqs=args.ssl_cert_reqs,
+        )
+        servers.append(DrainingServer(config, runtime.state.lifecycle, args.shutdown_timeout))
+    run_servers(servers)
     return 0

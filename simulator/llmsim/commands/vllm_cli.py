@@ -214,8 +214,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-loras", type=int)
     g.add_argument("--max-cpu-loras", type=int)
     g.add_argument("--kv-events-config", type=_json_object, help="JSON (vLLM's KVEventsConfig)")
-    g.add_argument("--data-parallel-size", "-dp", type=int)
-    g.add_argument("--data-parallel-rank", "-dpn", type=int)
+    g.add_argument("--data-parallel-size", "-dp", type=int, help="ranks: independent simulated GPUs")
+    g.add_argument("--data-parallel-rank", "-dpn", type=int, help="serve only this rank (external load balancing)")
+    g.add_argument(
+        "--data-parallel-multi-port-external-lb",
+        "-dpm",
+        action="store_true",
+        default=None,
+        help="every rank in this process, rank r on --port + r",
+    )
+    g.add_argument("--data-parallel-external-lb", "-dpe", action="store_true", default=None)
+    g.add_argument("--data-parallel-size-local", "-dpl", type=int)
+    g.add_argument("--data-parallel-start-rank", "-dpr", type=int)
+    g.add_argument("--data-parallel-hybrid-lb", "-dph", action="store_true", default=None)
     g.add_argument("--tensor-parallel-size", "-tp", type=int)
     g.add_argument("--pipeline-parallel-size", "-pp", type=int)
     g.add_argument("--seed", type=int)
@@ -254,6 +265,11 @@ _VLLM_DESTS = (
     "kv_events_config",
     "data_parallel_size",
     "data_parallel_rank",
+    "data_parallel_multi_port_external_lb",
+    "data_parallel_external_lb",
+    "data_parallel_size_local",
+    "data_parallel_start_rank",
+    "data_parallel_hybrid_lb",
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "seed",
@@ -303,13 +319,46 @@ def _refuse_parallel(args: argparse.Namespace) -> None:
         size = getattr(args, dest)
         if size is not None and size < 1:
             raise VllmArgError(flag, f"must be >= 1, got {size}")
-    if args.data_parallel_size is not None and args.data_parallel_size != 1:
+
+
+def _data_parallel(args: argparse.Namespace) -> dict[str, Any] | None:
+    """models.yml's data_parallel from vLLM's --data-parallel-* flags (one node: every rank local)."""
+    size = args.data_parallel_size if args.data_parallel_size is not None else 1
+    if size < 1:
+        raise VllmArgError("--data-parallel-size", f"must be >= 1, got {size}")
+    if args.data_parallel_hybrid_lb:
         raise VllmArgError(
-            "--data-parallel-size",
-            f"{args.data_parallel_size}: llmsim runs one data-parallel rank per process; run one server per rank",
+            "--data-parallel-hybrid-lb",
+            "not simulated (ranks over several nodes); run one llmsim server per node with --data-parallel-size "
+            "its local ranks, or one per rank with --data-parallel-rank",
         )
-    if args.data_parallel_rank is not None and args.data_parallel_rank != 0:
-        raise VllmArgError("--data-parallel-rank", f"{args.data_parallel_rank}: must be 0 with --data-parallel-size 1")
+    local = args.data_parallel_size_local
+    if local is not None and local != size:
+        raise VllmArgError(
+            "--data-parallel-size-local",
+            f"{local}: llmsim runs every rank of --data-parallel-size ({size}) on its one node; "
+            "run one server per rank with --data-parallel-rank for a deployment over several nodes",
+        )
+    start = args.data_parallel_start_rank
+    if start is not None and start != 0:
+        raise VllmArgError("--data-parallel-start-rank", f"{start}: llmsim runs ranks from 0 on its one node")
+    rank = args.data_parallel_rank
+    if rank is not None and not 0 <= rank < size:
+        raise VllmArgError("--data-parallel-rank", f"{rank}: must be in [0, --data-parallel-size ({size}))")
+    multi_port = bool(args.data_parallel_multi_port_external_lb)
+    if multi_port and rank is not None:
+        raise VllmArgError("--data-parallel-multi-port-external-lb", "serves every rank: give no --data-parallel-rank")
+    if multi_port and size < 2:
+        raise VllmArgError("--data-parallel-multi-port-external-lb", "needs --data-parallel-size >= 2")
+    external = multi_port or rank is not None or bool(args.data_parallel_external_lb)
+    if args.data_parallel_external_lb and rank is None and size > 1:
+        raise VllmArgError("--data-parallel-external-lb", "needs --data-parallel-rank (the rank this server runs)")
+    if size == 1 and rank in (None, 0):
+        return None
+    section: dict[str, Any] = {"size": size, "load_balancing": "external" if external else "internal"}
+    if rank is not None:
+        section["rank"] = rank
+    return section
 
 
 def _weight_bytes(args: argparse.Namespace, checkpoint_bytes: float | None) -> float:
@@ -431,6 +480,9 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         entry["enable_prompt_tokens_details"] = args.enable_prompt_tokens_details
     if args.seed is not None:
         entry["faults"] = {"seed": args.seed}
+    data_parallel = _data_parallel(args)
+    if data_parallel is not None:
+        entry["data_parallel"] = data_parallel
     return {"version": 1, "models": [entry]}
 
 
@@ -455,6 +507,7 @@ _FIELD_FLAGS = {
     "faults.seed": "--seed",
     "tensor_parallel_size": "--tensor-parallel-size",
     "pipeline_parallel_size": "--pipeline-parallel-size",
+    "data_parallel": "--data-parallel-size",
 }
 
 
