@@ -82,6 +82,14 @@ async def test_message_items_and_max_output_tokens(http: httpx.AsyncClient) -> N
     ErrorResponse.model_validate(refused.json())
 
 
+@pytest.mark.parametrize(("field", "value"), [("max_output_tokens", True), ("temperature", False), ("top_p", "1")])
+async def test_a_number_field_refuses_booleans_and_strings(http: httpx.AsyncClient, field: str, value: Any) -> None:
+    # JSON true is not the integer 1: the chat route refuses it too, and the OpenAPI schema says integer.
+    refused = await http.post("/v1/responses", json=REQUEST | {field: value})
+    assert refused.status_code == 400
+    assert ErrorResponse.model_validate(refused.json()).error.param == f"body.{field}"
+
+
 async def test_previous_response_id_continues_the_conversation(http: httpx.AsyncClient) -> None:
     first = (await http.post("/v1/responses", json=REQUEST)).json()
     follow = {"model": "m", "input": "And tomorrow?", "previous_response_id": first["id"]}

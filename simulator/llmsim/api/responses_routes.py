@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -38,12 +38,13 @@ class ResponsesRequest(BaseModel):
     model: str | None = None
     input: str | list[dict[str, Any]]
     instructions: str | None = None
-    max_output_tokens: int | None = None
+    # Strict, as the chat route's max_tokens: a JSON true is not the number 1.
+    max_output_tokens: Annotated[int, Field(strict=True)] | None = None
     previous_response_id: str | None = None
     store: bool | None = True
     stream: bool | None = False
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: Annotated[float, Field(strict=True)] | None = None
+    top_p: Annotated[float, Field(strict=True)] | None = None
     metadata: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
