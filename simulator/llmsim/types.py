@@ -113,6 +113,28 @@ class Pacing:
 
 
 @dataclass(frozen=True, slots=True)
+class RemotePrefill:
+    """Where a decode leg's prompt KV waits: a prefill answer's ``kv_transfer_params`` (vLLM's NIXL
+    connector), read by the decode replica's engine to pull it."""
+
+    engine_id: str
+    request_id: str
+    host: str
+    port: int
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KVHandoff:
+    """A request's part in disaggregated prefill/decode (vLLM's ``kv_transfer_params``)."""
+
+    # A prefill leg (do_remote_decode): keep its blocks for a decode replica to pull.
+    remote_decode: bool = False
+    # A decode leg (do_remote_prefill with valid params): pull the prompt's KV from there.
+    remote_prefill: RemotePrefill | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationPlan:
     """What one choice will say: decided up front, released over time by an engine."""
 
@@ -139,6 +161,8 @@ class GenerationPlan:
     token_ids: tuple[int, ...] | None = None
     # LoRA adapter to run with (None: the base model).
     lora_name: str | None = None
+    # Disaggregated prefill/decode: set by the API from kv_transfer_params (None: a whole request).
+    kv_handoff: KVHandoff | None = None
 
     @property
     def num_output_tokens(self) -> int:

@@ -43,6 +43,19 @@ class EngineInfo:
         return {key: value for key, value in fields.items() if value is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class KVTransferInfo:
+    """A model in a disaggregated prefill/decode fleet: what its prefill answers tell decode replicas."""
+
+    # This process's engine id for the model (vLLM's engine_id: a fresh uuid per start).
+    engine_id: str
+    # Where this replica's side channel listens: side_channel_host ({pod_ip} filled in) and
+    # side_channel_port + the data-parallel rank.
+    host: str
+    port: int
+    tp_size: int = 1
+
+
 @dataclass(slots=True)
 class ServedModel:
     name: str
@@ -70,3 +83,5 @@ class ServedModel:
     enable_prompt_tokens_details: bool = False
     # More names requests may give (vLLM's --served-model-name after the first); responses say ``name``.
     aliases: tuple[str, ...] = ()
+    # Disaggregated prefill/decode (models.yml's kv_transfer); None: kv_transfer_params are ignored.
+    kv_transfer: KVTransferInfo | None = None

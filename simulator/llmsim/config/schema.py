@@ -270,6 +270,11 @@ class KVTransfer(_Section):
         description="Port of the side channel pulls reach; data-parallel rank r uses this + r "
         "(vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT).",
     )
+    kv_load_failure_policy: Literal["recompute", "fail"] = Field(
+        default="fail",
+        description="A decode leg whose prefill replica cannot give its blocks: fail (finish reason error, HTTP "
+        "500) or recompute (prefill here instead). vLLM's kv_load_failure_policy, whose default is fail.",
+    )
 
 
 class DataParallel(_Section):

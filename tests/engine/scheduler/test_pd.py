@@ -112,8 +112,8 @@ def test_decode_leg_pulls_then_recomputes_the_last_prompt_token() -> None:
     assert len(leg.blocks) == 2
     assert leg.num_external_tokens == 8
     assert leg.kv_ready_time == pytest.approx(8 / 100.0 + 0.5)
-    assert out.external_prefix_cache_queries == 8
-    assert out.external_prefix_cache_hits == 8
+    # A step that runs nothing is not reported: its lookups go with the next step that runs.
+    assert out.external_prefix_cache_queries == 0
     assert sched.snapshot().num_waiting == 1
     assert sched.snapshot().num_running == 0
     assert sched.next_pull_time() == leg.kv_ready_time
@@ -128,6 +128,8 @@ def test_decode_leg_pulls_then_recomputes_the_last_prompt_token() -> None:
     # One token computed (the last prompt token), counted as prefill; the first token follows.
     assert out.num_prefill_tokens == 1
     assert out.num_decode_tokens == 0
+    assert out.external_prefix_cache_queries == 8
+    assert out.external_prefix_cache_hits == 8
     assert leg.num_cached_tokens == 7
     assert leg.remote_prefill is False
     result = sched.update_from_output(out, 0.6)
@@ -165,9 +167,9 @@ def test_decode_leg_local_prefix_hits_are_not_pulled() -> None:
     # Hit capped at length - 1 tokens: 2 full blocks (8 tokens); 4 tokens pulled.
     assert out.pulls == [leg]
     assert leg.num_external_tokens == 4
+    out = sched.schedule(leg.kv_ready_time)
     assert out.prefix_cache_hits == 8
     assert out.external_prefix_cache_hits == 4
-    out = sched.schedule(leg.kv_ready_time)
     assert out.scheduled == [leg]
     assert out.num_prefill_tokens == 1
     assert leg.num_cached_tokens == 11

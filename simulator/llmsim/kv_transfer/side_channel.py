@@ -1,0 +1,142 @@
+"""llmsim's side channel: newline-delimited JSON over TCP.
+
+A prefill replica listens on ``side_channel_port`` (+ its data-parallel rank) of
+``side_channel_host``, the address its prefill answers name in ``kv_transfer_params``
+(``remote_host``, ``remote_port``). A decode replica connects and sends one JSON object per line;
+each gets one line back::
+
+    -> {"op": "check", "engine_id": "<remote_engine_id>", "request_id": "<remote_request_id>"}
+    <- {"ok": true, "num_blocks": 12}            # held: the pull may go on
+    <- {"ok": false, "reason": "unknown engine"}  # another process (restarted): a failed pull
+    <- {"ok": false, "reason": "not held"}        # unknown request, or freed at the timeout
+    -> {"op": "release", "engine_id": "...", "request_id": "..."}
+    <- {"ok": true}                              # freed now (false: was not held)
+
+A malformed line gets ``{"ok": false, "reason": "bad request"}``. The decode side opens one
+connection per call (pulls are few per second per replica; a connection costs well under a
+millisecond on a cluster network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from llmsim.engine import Engine
+from llmsim.types import RemotePrefill
+
+logger = logging.getLogger("llmsim.kv_transfer")
+
+#: Longest line either side reads (a request id is at most a few hundred bytes).
+MAX_LINE = 64 * 1024
+
+
+class SideChannelServer:
+    """The prefill side: answers checks and releases for the engines registered under their ids."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._engines: dict[str, Engine] = {}
+        self._server: asyncio.Server | None = None
+
+    def register(self, engine_id: str, engine: Engine) -> None:
+        self._engines[engine_id] = engine
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_LINE)
+        logger.info("KV side channel listening on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+    def answer(self, message: Any) -> dict[str, Any]:
+        """One request's answer (the protocol in the module docstring)."""
+        if not isinstance(message, dict):
+            return {"ok": False, "reason": "bad request"}
+        op, engine_id, request_id = message.get("op"), message.get("engine_id"), message.get("request_id")
+        if op not in ("check", "release") or not isinstance(engine_id, str) or not isinstance(request_id, str):
+            return {"ok": False, "reason": "bad request"}
+        engine = self._engines.get(engine_id)
+        if engine is None:
+            return {"ok": False, "reason": "unknown engine"}
+        if op == "release":
+            return {"ok": engine.release_held(request_id)}
+        blocks = engine.held_blocks(request_id)
+        if blocks is None:
+            return {"ok": False, "reason": "not held"}
+        return {"ok": True, "num_blocks": len(blocks)}
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    message = None
+                writer.write(json.dumps(self.answer(message)).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class SideChannelPeer:
+    """The decode side (an :class:`~llmsim.engine.KVPeer`): one connection per call, bounded in time."""
+
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+
+    async def _call(self, remote: RemotePrefill, op: str) -> dict[str, Any]:
+        message = {"op": op, "engine_id": remote.engine_id, "request_id": remote.request_id}
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(remote.host, remote.port, limit=MAX_LINE), self.timeout_s
+        )
+        try:
+            writer.write(json.dumps(message).encode() + b"\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), self.timeout_s)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        answer = json.loads(line) if line else {}
+        return answer if isinstance(answer, dict) else {}
+
+    async def check(self, remote: RemotePrefill) -> bool:
+        try:
+            answer = await self._call(remote, "check")
+        except (OSError, TimeoutError, ValueError) as exc:
+            logger.warning(
+                "KV side channel %s:%d unreachable for request %s: %s", remote.host, remote.port, remote.request_id, exc
+            )
+            return False
+        if not answer.get("ok"):
+            logger.warning(
+                "prefill replica %s:%d cannot serve request %s: %s",
+                remote.host,
+                remote.port,
+                remote.request_id,
+                answer.get("reason", "no answer"),
+            )
+            return False
+        return True
+
+    async def release(self, remote: RemotePrefill) -> None:
+        try:
+            await self._call(remote, "release")
+        except (OSError, TimeoutError, ValueError) as exc:
+            # It frees them at its abort timeout anyway.
+            logger.warning(
+                "KV side channel %s:%d: release of %s failed: %s", remote.host, remote.port, remote.request_id, exc
+            )
