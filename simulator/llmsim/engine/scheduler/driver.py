@@ -718,8 +718,10 @@ class SchedulerEngine(Engine):
                 # Nothing can run: pulls in flight, or held and pulling blocks leave no room for
                 # the waiting. Wait for what changes that, and restart the timeline then.
                 await self._idle(min(sched.next_pull_time(), sched.next_held_expiry()))
-                if step_start < clock.now():
-                    step_start = clock.now()
+                # Anchored at what ended the wait (a pull's arrival, a request's), else "now" (a release).
+                resume = min(sched.next_pull_time(), inbox[0][0] if inbox else math.inf, clock.now())
+                if resume > step_start:
+                    step_start = resume
                 continue
             duration = step_duration(out)
             deadline = step_start + duration
