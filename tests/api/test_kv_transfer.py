@@ -1,0 +1,83 @@
+"""kv_transfer_params in and out, as vLLM's NIXL connector reads and writes them (docs/pd.md), and the
+example pair in docs/examples/pd/ loading as a prefill and a decode replica."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmsim.api import kv_transfer as kv
+from llmsim.api.served import KVTransferInfo
+from llmsim.config import load_models_config
+from llmsim.types import KVHandoff, RemotePrefill
+
+INFO = KVTransferInfo(engine_id="e-1", host="10.0.0.7", port=5601)
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "pd"
+DECODE = {
+    "do_remote_prefill": True,
+    "do_remote_decode": False,
+    "remote_block_ids": [[3, 4, 5]],
+    "remote_engine_id": "e-0",
+    "remote_request_id": "cmpl-x-0",
+    "remote_host": "10.0.0.6",
+    "remote_port": 5600,
+    "tp_size": 1,
+}
+
+
+def test_the_routers_prefill_leg_is_a_prefill_leg() -> None:
+    # vllm-router's and the toy proxy's prefill body.
+    params = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+              "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
+    assert kv.handoff(params, INFO) == KVHandoff(remote_decode=True)
+
+
+def test_a_prefill_answers_params_make_a_decode_leg() -> None:
+    assert kv.handoff(DECODE, INFO) == KVHandoff(
+        remote_prefill=RemotePrefill("e-0", "cmpl-x-0", "10.0.0.6", 5600, (3, 4, 5))
+    )
+    # Older vLLM's flat list of block ids.
+    flat = kv.handoff(DECODE | {"remote_block_ids": [3, 4, 5]}, INFO)
+    assert flat is not None
+    assert flat.remote_prefill is not None
+    assert flat.remote_prefill.block_ids == (3, 4, 5)
+
+
+@pytest.mark.parametrize("missing", ["remote_engine_id", "remote_request_id", "remote_host", "remote_port"])
+def test_params_missing_a_remote_field_are_logged_and_served_locally(
+    missing: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    params: dict[str, Any] = {k: v for k, v in DECODE.items() if k != missing}
+    with caplog.at_level(logging.WARNING, logger="llmsim.api"):
+        assert kv.handoff(params, INFO) is None
+    assert "Got invalid KVTransferParams" in caplog.text
+    assert "This request will not utilize KVTransfer" in caplog.text
+
+
+def test_without_kv_transfer_the_params_are_ignored() -> None:
+    assert kv.handoff(DECODE, None) is None
+    assert kv.handoff(None, INFO) is None
+    assert kv.handoff({"do_remote_prefill": False, "do_remote_decode": False}, INFO) is None
+
+
+def test_the_prefill_answer_has_vllms_keys_in_vllms_order() -> None:
+    answer = kv.prefill_answer(INFO, "chatcmpl-r-0", (7, 8))
+    assert list(answer) == [
+        "do_remote_prefill", "do_remote_decode", "remote_block_ids", "remote_engine_id",
+        "remote_request_id", "remote_host", "remote_port", "tp_size",
+    ]  # fmt: skip
+    assert answer["remote_block_ids"] == [[7, 8]]
+    assert answer["remote_request_id"] == "chatcmpl-r-0"
+    assert (answer["remote_host"], answer["remote_port"]) == ("10.0.0.7", 5601)
+
+
+def test_the_example_pair_loads_as_a_producer_and_a_consumer() -> None:
+    roles = []
+    for name in ("prefill.yml", "decode.yml"):
+        (model,) = load_models_config(EXAMPLES / name).models
+        assert model.kv_transfer is not None
+        roles.append(model.kv_transfer.kv_role)
+    assert roles == ["kv_producer", "kv_consumer"]
