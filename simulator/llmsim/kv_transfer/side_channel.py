@@ -12,9 +12,8 @@ each gets one line back::
     -> {"op": "release", "engine_id": "...", "request_id": "..."}
     <- {"ok": true}                              # freed now (false: was not held)
 
-A malformed line gets ``{"ok": false, "reason": "bad request"}``. The decode side opens one
-connection per call (pulls are few per second per replica; a connection costs well under a
-millisecond on a cluster network).
+A malformed line gets ``{"ok": false, "reason": "bad request"}``. A connection carries any number
+of calls, one at a time; the decode side keeps a few open per prefill replica.
 """
 
 from __future__ import annotations
@@ -42,6 +41,8 @@ class SideChannelServer:
         self.port = port
         self._engines: dict[str, Engine] = {}
         self._server: asyncio.Server | None = None
+        # Open connections' handlers (decode replicas keep theirs open): ended on stop.
+        self._handlers: set[asyncio.Task[None]] = set()
 
     def register(self, engine_id: str, engine: Engine) -> None:
         self._engines[engine_id] = engine
@@ -54,6 +55,10 @@ class SideChannelServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+            handlers = list(self._handlers)
+            for handler in handlers:
+                handler.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await server.wait_closed()
 
@@ -75,6 +80,9 @@ class SideChannelServer:
         return {"ok": True, "num_blocks": len(blocks)}
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             while line := await reader.readline():
                 try:
@@ -86,37 +94,77 @@ class SideChannelServer:
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
+            if task is not None:
+                self._handlers.discard(task)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
 
 class SideChannelPeer:
-    """The decode side (an :class:`~llmsim.engine.KVPeer`): one connection per call, bounded in time."""
+    """The decode side (an :class:`~llmsim.engine.KVPeer`): calls bounded in time, over connections
+    kept open per prefill replica (a connect and a close per call cost the decode replica more CPU
+    than the rest of a request's hand-off: bench/bench_pd_token_path.py)."""
 
-    def __init__(self, timeout_s: float = 5.0) -> None:
+    def __init__(self, timeout_s: float = 5.0, max_idle_per_replica: int = 8) -> None:
         self.timeout_s = timeout_s
+        self.max_idle_per_replica = max_idle_per_replica
+        # Open connections not in use, by (host, port); one call at a time on each.
+        self._idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def _call(self, remote: RemotePrefill, op: str) -> dict[str, Any]:
-        message = {"op": op, "engine_id": remote.engine_id, "request_id": remote.request_id}
+        message = json.dumps({"op": op, "engine_id": remote.engine_id, "request_id": remote.request_id}).encode()
+        key = (remote.host, remote.port)
+        idle = self._idle.setdefault(key, [])
+        while idle:
+            reader, writer = idle.pop()
+            if writer.is_closing() or reader.at_eof():
+                writer.close()
+                continue
+            try:
+                line = await self._exchange(reader, writer, message)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError):
+                writer.close()
+                continue  # the replica closed it meanwhile (restarted): another, or a new one
+            return self._keep(key, reader, writer, line)
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(remote.host, remote.port, limit=MAX_LINE), self.timeout_s
         )
         try:
-            writer.write(json.dumps(message).encode() + b"\n")
-            await writer.drain()
-            line = await asyncio.wait_for(reader.readline(), self.timeout_s)
-        finally:
+            line = await self._exchange(reader, writer, message)
+        except BaseException:
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-        answer = json.loads(line) if line else {}
+            raise
+        return self._keep(key, reader, writer, line)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: bytes) -> bytes:
+        writer.write(message + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), self.timeout_s)
+        if not line:
+            raise asyncio.IncompleteReadError(b"", None)
+        return line
+
+    def _keep(
+        self, key: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes
+    ) -> dict[str, Any]:
+        idle = self._idle[key]
+        if len(idle) < self.max_idle_per_replica:
+            idle.append((reader, writer))
+        else:
+            writer.close()
+        answer = json.loads(line)
         return answer if isinstance(answer, dict) else {}
+
+    async def close(self) -> None:
+        """Close every kept connection."""
+        for idle in self._idle.values():
+            for _, writer in idle:
+                writer.close()
+        self._idle.clear()
 
     async def check(self, remote: RemotePrefill) -> bool:
         try:
             answer = await self._call(remote, "check")
-        except (OSError, TimeoutError, ValueError) as exc:
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
             logger.warning(
                 "KV side channel %s:%d unreachable for request %s: %s", remote.host, remote.port, remote.request_id, exc
             )
@@ -135,7 +183,7 @@ class SideChannelPeer:
     async def release(self, remote: RemotePrefill) -> None:
         try:
             await self._call(remote, "release")
-        except (OSError, TimeoutError, ValueError) as exc:
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
             # It frees them at its abort timeout anyway.
             logger.warning(
                 "KV side channel %s:%d: release of %s failed: %s", remote.host, remote.port, remote.request_id, exc
