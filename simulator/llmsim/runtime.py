@@ -311,7 +311,7 @@ def kv_transfer_info(model: ModelConfig) -> KVTransferInfo | None:
         return None
     host = kv.side_channel_host.replace("{pod_ip}", os.environ.get("POD_IP", "127.0.0.1"))
     rank = model.data_parallel.rank or 0
-    return KVTransferInfo(engine_id=str(uuid.uuid4()), host=host, port=kv.side_channel_port + rank)
+    return KVTransferInfo(engine_id=str(uuid.uuid4()), host=host, port=kv.side_channel_port + rank, role=kv.kv_role)
 
 
 def side_channels(models: dict[str, ServedModel]) -> list[SideChannelServer]:

@@ -117,11 +117,15 @@ class RemotePrefill:
     """Where a decode leg's prompt KV waits: a prefill answer's ``kv_transfer_params`` (vLLM's NIXL
     connector), read by the decode replica's engine to pull it."""
 
+    # "" (SGLang's hand-off): whichever engine the replica serves the request id on.
     engine_id: str
     request_id: str
     host: str
     port: int
     block_ids: tuple[int, ...]
+    # How long the prefill replica may take to start holding the blocks (SGLang sends both legs
+    # at once: the decode leg waits for its room's prefill); 0: held already (vLLM's sequence).
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,9 @@ class KVHandoff:
     remote_decode: bool = False
     # A decode leg (do_remote_prefill with valid params): pull the prompt's KV from there.
     remote_prefill: RemotePrefill | None = None
+    # A prefill leg's blocks are held under this name (None: its request id); SGLang's legs meet
+    # by their bootstrap room.
+    held_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

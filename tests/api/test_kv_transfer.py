@@ -81,3 +81,22 @@ def test_the_example_pair_loads_as_a_producer_and_a_consumer() -> None:
         assert model.kv_transfer is not None
         roles.append(model.kv_transfer.kv_role)
     assert roles == ["kv_producer", "kv_consumer"]
+
+
+SGLANG_BODY = {"bootstrap_host": "10.0.0.6", "bootstrap_port": 8998, "bootstrap_room": 123456789}
+
+
+def test_sglang_legs_follow_the_replicas_role() -> None:
+    producer = KVTransferInfo(engine_id="p", host="h", port=1, role="kv_producer")
+    consumer = KVTransferInfo(engine_id="d", host="h", port=2, role="kv_consumer")
+    both = KVTransferInfo(engine_id="b", host="h", port=3, role="kv_both")
+    assert kv.bootstrap_handoff(SGLANG_BODY, producer) == KVHandoff(
+        remote_decode=True, held_as="bootstrap_room:123456789"
+    )
+    assert kv.bootstrap_handoff(SGLANG_BODY, consumer) == KVHandoff(
+        remote_prefill=RemotePrefill("", "bootstrap_room:123456789", "10.0.0.6", 8998, (), wait_s=kv.BOOTSTRAP_WAIT_S)
+    )
+    # SGLang's servers run in one mode; a kv_both replica, or a body without a room, is a whole request.
+    assert kv.bootstrap_handoff(SGLANG_BODY, both) is None
+    assert kv.bootstrap_handoff({"bootstrap_host": "10.0.0.6"}, consumer) is None
+    assert kv.bootstrap_handoff(SGLANG_BODY, None) is None

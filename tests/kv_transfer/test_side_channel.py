@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -108,4 +109,25 @@ async def test_bad_lines_get_bad_request(line: bytes) -> None:
         assert json.loads(await reader.readline()) == {"ok": False, "reason": "bad request"}
         writer.close()
     finally:
+        await server.stop()
+
+
+async def test_an_sglang_check_waits_for_its_room_on_any_engine() -> None:
+    engine = Holding({})
+    server, port = await serving(engine)
+    peer = SideChannelPeer(timeout_s=5)
+    # SGLang's decode leg names no engine and may arrive before its prefill holds anything.
+    room = RemotePrefill("", "bootstrap_room:7", "127.0.0.1", port, (), wait_s=5.0)
+    try:
+        check = asyncio.ensure_future(peer.check(room))
+        await asyncio.sleep(0.05)
+        assert not check.done()
+        engine.held["bootstrap_room:7"] = (9, 10)
+        assert await check is True
+        await peer.release(room)
+        assert engine.held == {}
+        # Never prefilled: the wait ends with a failed check.
+        assert await peer.check(replace(room, request_id="bootstrap_room:8", wait_s=0.05)) is False
+    finally:
+        await peer.close()
         await server.stop()

@@ -20,6 +20,32 @@ REMOTE_FIELDS = ("remote_engine_id", "remote_request_id", "remote_host", "remote
 
 PREFILL_LEG = KVHandoff(remote_decode=True)
 
+#: How long an SGLang decode leg waits for its room's prefill to hold the blocks.
+BOOTSTRAP_WAIT_S = 300.0
+#: SGLang's hand-off fields (sglang-router adds them to both legs).
+BOOTSTRAP_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
+
+
+def bootstrap_handoff(extra: dict[str, Any] | None, info: KVTransferInfo | None) -> KVHandoff | None:
+    """SGLang's hand-off (sglang-router ``--pd-disaggregation``): both legs carry ``bootstrap_host``,
+    ``bootstrap_port`` and ``bootstrap_room`` and arrive at once; the replica's ``kv_role`` says
+    which leg it serves (SGLang's ``--disaggregation-mode``). The prefill leg holds its blocks
+    under its room; the decode leg asks ``bootstrap_host:bootstrap_port`` (the prefill replica's
+    side channel) for them, waiting until they are there. None: not such a request, or a
+    ``kv_both`` replica (SGLang's servers are one mode or the other)."""
+    if extra is None or info is None or info.role == "kv_both":
+        return None
+    room, host, port = extra.get("bootstrap_room"), extra.get("bootstrap_host"), extra.get("bootstrap_port")
+    if not isinstance(room, int) or isinstance(room, bool):
+        return None
+    held_as = f"bootstrap_room:{room}"
+    if info.role == "kv_producer":
+        return KVHandoff(remote_decode=True, held_as=held_as)
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+        logger.warning("bootstrap_room %s without a usable bootstrap_host/bootstrap_port: prefilled here", room)
+        return None
+    return KVHandoff(remote_prefill=RemotePrefill("", held_as, host, port, (), wait_s=BOOTSTRAP_WAIT_S))
+
 
 def _block_ids(value: Any) -> tuple[int, ...] | None:
     """``remote_block_ids``: one list per KV-cache group (vLLM now; llmsim has one group) or a

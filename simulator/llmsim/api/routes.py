@@ -213,24 +213,41 @@ def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel)
         body.check(vocab_size=served.generator.vocab_size)
     except RequestInvalid as exc:
         raise bad_request(exc) from None
-    _log_ignored(body)
+    kv_info = served.kv_transfer
+    _log_ignored(body, kv.BOOTSTRAP_FIELDS if kv_info is not None and kv_info.role != "kv_both" else ())
 
 
-def _log_ignored(body: BaseModel) -> None:
-    """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of them)."""
+def _log_ignored(body: BaseModel, acted_on: tuple[str, ...] = ()) -> None:
+    """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of
+    them); ``acted_on``: extra fields this model does act on (SGLang's bootstrap fields)."""
     extra = body.model_extra
     if extra:
-        logger.warning("The following fields were present in the request but ignored: %s", sorted(extra))
+        ignored = sorted(k for k in extra if k not in acted_on)
+        if ignored:
+            logger.warning("The following fields were present in the request but ignored: %s", ignored)
 
 
 def _with_handoff(
     plans: list[GenerationPlan], body: ChatCompletionRequest | CompletionRequest, served: ServedModel
 ) -> list[GenerationPlan]:
     """Mark the first choice as a prefill or decode leg from ``kv_transfer_params`` (docs/pd.md)."""
-    handoff = kv.handoff(body.kv_transfer_params, served.kv_transfer)
+    handoff = kv.handoff(body.kv_transfer_params, served.kv_transfer) or kv.bootstrap_handoff(
+        body.model_extra, served.kv_transfer
+    )
     if handoff is None or not plans:
         return plans
     first = plans[0]
+    if handoff.held_as is not None and first.num_output_tokens > 1:
+        # An SGLang prefill server computes the prompt and one token, whatever max_tokens says.
+        ids = first.token_ids
+        first = replace(
+            first,
+            tokens=first.tokens[:1],
+            token_ids=ids[:1] if ids is not None else None,
+            tool_calls=(),
+            tool_deltas=first.tool_deltas[:1],
+            finish_reason=FinishReason.LENGTH,
+        )
     finish = first.finish_reason
     limit = body.effective_max_tokens()
     if handoff.remote_decode and limit is not None and first.num_output_tokens >= limit:

@@ -54,6 +54,8 @@ class KVTransferInfo:
     host: str
     port: int
     tp_size: int = 1
+    # kv_producer | kv_consumer | kv_both: which SGLang leg a request with bootstrap fields is.
+    role: str = "kv_both"
 
 
 @dataclass(slots=True)

@@ -11,6 +11,11 @@ each gets one line back::
     <- {"ok": false, "reason": "not held"}        # unknown request, or freed at the timeout
     -> {"op": "release", "engine_id": "...", "request_id": "..."}
     <- {"ok": true}                              # freed now (false: was not held)
+    -> {"op": "check", "engine_id": "", "request_id": "bootstrap_room:42", "wait_s": 300}
+
+``engine_id`` "": whichever registered engine holds the request (SGLang's legs name no engine).
+``wait_s``: a check that finds nothing held looks again until then (SGLang sends both legs at
+once, so the decode leg's check may come before its prefill holds the blocks).
 
 A malformed line gets ``{"ok": false, "reason": "bad request"}``. A connection carries any number
 of calls, one at a time; the decode side keeps a few open per prefill replica.
@@ -31,6 +36,9 @@ logger = logging.getLogger("llmsim.kv_transfer")
 
 #: Longest line either side reads (a request id is at most a few hundred bytes).
 MAX_LINE = 64 * 1024
+#: A waiting check looks for its request this often, and waits at most this long.
+WAIT_POLL_S = 0.002
+MAX_WAIT_S = 600.0
 
 
 class SideChannelServer:
@@ -63,21 +71,42 @@ class SideChannelServer:
                 await server.wait_closed()
 
     def answer(self, message: Any) -> dict[str, Any]:
-        """One request's answer (the protocol in the module docstring)."""
+        """One request's answer (the protocol in the module docstring), without waiting."""
         if not isinstance(message, dict):
             return {"ok": False, "reason": "bad request"}
         op, engine_id, request_id = message.get("op"), message.get("engine_id"), message.get("request_id")
         if op not in ("check", "release") or not isinstance(engine_id, str) or not isinstance(request_id, str):
             return {"ok": False, "reason": "bad request"}
-        engine = self._engines.get(engine_id)
-        if engine is None:
-            return {"ok": False, "reason": "unknown engine"}
+        if engine_id:
+            engine = self._engines.get(engine_id)
+            if engine is None:
+                return {"ok": False, "reason": "unknown engine"}
+        else:
+            # SGLang's legs name no engine: the one holding the request, if any.
+            engine = next((e for e in self._engines.values() if e.held_blocks(request_id) is not None), None)
+            if engine is None:
+                return {"ok": False, "reason": "not held"}
         if op == "release":
             return {"ok": engine.release_held(request_id)}
         blocks = engine.held_blocks(request_id)
         if blocks is None:
             return {"ok": False, "reason": "not held"}
         return {"ok": True, "num_blocks": len(blocks)}
+
+    async def answer_waiting(self, message: Any) -> dict[str, Any]:
+        """:meth:`answer`; a check with ``wait_s`` > 0 that finds nothing held looks again every
+        :data:`WAIT_POLL_S` until then (SGLang's decode leg waiting for its room's prefill)."""
+        answer = self.answer(message)
+        wait = message.get("wait_s") if isinstance(message, dict) and message.get("op") == "check" else None
+        if answer["ok"] or answer.get("reason") != "not held" or not isinstance(wait, (int, float)) or wait <= 0:
+            return answer
+        deadline = asyncio.get_running_loop().time() + min(float(wait), MAX_WAIT_S)
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(WAIT_POLL_S)
+            answer = self.answer(message)
+            if answer["ok"] or answer.get("reason") != "not held":
+                break
+        return answer
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -89,7 +118,7 @@ class SideChannelServer:
                     message = json.loads(line)
                 except ValueError:
                     message = None
-                writer.write(json.dumps(self.answer(message)).encode() + b"\n")
+                writer.write(json.dumps(await self.answer_waiting(message)).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
@@ -111,7 +140,10 @@ class SideChannelPeer:
         self._idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def _call(self, remote: RemotePrefill, op: str) -> dict[str, Any]:
-        message = json.dumps({"op": op, "engine_id": remote.engine_id, "request_id": remote.request_id}).encode()
+        fields: dict[str, Any] = {"op": op, "engine_id": remote.engine_id, "request_id": remote.request_id}
+        if op == "check" and remote.wait_s > 0:
+            fields["wait_s"] = remote.wait_s
+        message = json.dumps(fields).encode()
         key = (remote.host, remote.port)
         idle = self._idle.setdefault(key, [])
         while idle:
@@ -120,7 +152,7 @@ class SideChannelPeer:
                 writer.close()
                 continue
             try:
-                line = await self._exchange(reader, writer, message)
+                line = await self._exchange(reader, writer, message, remote.wait_s)
             except (OSError, TimeoutError, asyncio.IncompleteReadError):
                 writer.close()
                 continue  # the replica closed it meanwhile (restarted): another, or a new one
@@ -129,16 +161,18 @@ class SideChannelPeer:
             asyncio.open_connection(remote.host, remote.port, limit=MAX_LINE), self.timeout_s
         )
         try:
-            line = await self._exchange(reader, writer, message)
+            line = await self._exchange(reader, writer, message, remote.wait_s)
         except BaseException:
             writer.close()
             raise
         return self._keep(key, reader, writer, line)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: bytes) -> bytes:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: bytes, wait_s: float = 0.0
+    ) -> bytes:
         writer.write(message + b"\n")
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), self.timeout_s)
+        line = await asyncio.wait_for(reader.readline(), self.timeout_s + wait_s)
         if not line:
             raise asyncio.IncompleteReadError(b"", None)
         return line

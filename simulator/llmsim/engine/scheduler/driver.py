@@ -513,8 +513,14 @@ class SchedulerEngine(Engine):
         if ok:
             stream.kv_pull_confirmed = True
             if stream.kv_ready_time < math.inf:
-                # Admitted already: its bytes cannot have arrived before the answer did.
-                stream.kv_ready_time = max(stream.kv_ready_time, self._clock.now())
+                # Admitted already: the bytes leave once the prefill side has answered (SGLang's
+                # decode leg may wait for its prefill), so they cannot arrive before then plus
+                # the pull's own time (not queued behind others: the link's queue was already
+                # charged at admission).
+                link = self._params.kv_link
+                num_bytes = stream.num_external_tokens * self._params.model.kv_bytes_per_token
+                pull = link.transfer_seconds(num_bytes) if link is not None else 0.0
+                stream.kv_ready_time = max(stream.kv_ready_time, self._clock.now() + pull)
         else:
             stream.remote = None  # nothing held there to release
             self._failed_pulls.append(stream)
@@ -748,7 +754,9 @@ class SchedulerEngine(Engine):
                 stream.wake()  # a plan with no tokens ends without a release
                 self._live.discard(stream)
                 if stream.remote_decode and stream in sched.held:
-                    self._held[stream.request_id] = stream
+                    handoff = stream.plan.kv_handoff
+                    held_as = handoff.held_as if handoff is not None else None
+                    self._held[held_as or stream.request_id] = stream
                 observer.on_request_finished(stream.to_stats())
             previous_start = step_start
             step_start = deadline
