@@ -150,3 +150,18 @@ async def test_with_recompute_a_failed_pull_prefills_locally() -> None:
     times = [event.sim_time async for event in stream]
     assert len(times) == 2
     assert stream.num_cached_tokens == 0
+
+
+@pytest.mark.looptime
+async def test_a_leg_held_under_a_name_is_found_and_expires_by_that_name() -> None:
+    prefill, _, _ = await engines()
+    leg = plan(1, KVHandoff(remote_decode=True, held_as="bootstrap_room:7"))
+    (stream,) = await prefill.submit([leg], asyncio.get_running_loop().time(), [RequestId("p")])
+    async for _ in stream:
+        pass
+    assert prefill.held_blocks("p") is None
+    assert prefill.held_blocks("bootstrap_room:7") is not None
+    await asyncio.sleep(TIMEOUT_S + 0.01)
+    assert prefill.held_blocks("bootstrap_room:7") is None
+    assert prefill._held == {}
+    assert prefill.snapshot().kv_used_blocks == 0

@@ -158,6 +158,13 @@ class _Stream(Sequence):
         self.wake()
 
 
+def _held_key(stream: _Stream) -> str:
+    """The name a finished prefill leg's blocks are held under: its request id, or its hand-off's name."""
+    handoff = stream.plan.kv_handoff
+    held_as = handoff.held_as if handoff is not None else None
+    return held_as or stream.request_id
+
+
 class _PacedStream(_Stream):
     """A stream whose tokens leave at their paced deadlines, after the step that released them."""
 
@@ -560,7 +567,7 @@ class SchedulerEngine(Engine):
             self._observer.on_request_finished(stream.to_stats())
         if sched.held:
             for stream in sched.expire_held(now):
-                self._held.pop(stream.request_id, None)
+                self._held.pop(_held_key(stream), None)
                 logger.debug("request %s: held KV blocks freed at the abort timeout", stream.request_id)
 
     async def _idle(self, deadline: float) -> None:
@@ -754,9 +761,7 @@ class SchedulerEngine(Engine):
                 stream.wake()  # a plan with no tokens ends without a release
                 self._live.discard(stream)
                 if stream.remote_decode and stream in sched.held:
-                    handoff = stream.plan.kv_handoff
-                    held_as = handoff.held_as if handoff is not None else None
-                    self._held[held_as or stream.request_id] = stream
+                    self._held[_held_key(stream)] = stream
                 observer.on_request_finished(stream.to_stats())
             previous_start = step_start
             step_start = deadline
