@@ -84,6 +84,7 @@ BENCHES: dict[str, Bench] = {
         ("bench/bench_token_path.py", "--b", "."),
         quick=("--levels", "10", "--rounds", "1", "--duration", "1"),
     ),
+    "pd_token_path": Bench(("bench/bench_pd_token_path.py",), quick=("--quick",)),
     "operator_fleet": Bench(
         ("bench/bench_operator_fleet.py",),
         quick=("--count", "3", "--timeout", "120"),

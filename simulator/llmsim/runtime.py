@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
 from llmsim.api.lora_routes import LORA_BODIES, lora_routes, runtime_lora_updating
-from llmsim.api.served import EngineInfo, ServedModel
+from llmsim.api.served import EngineInfo, KVTransferInfo, ServedModel
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS, ApiState
 from llmsim.config import ModelConfig, ModelsConfig, load_models_config
 from llmsim.config.loader import EMBEDDED_MODELS
@@ -34,6 +36,7 @@ from llmsim.engine.fixed import FixedEngine, FixedTiming
 from llmsim.engine.instant import InstantEngine
 from llmsim.engine.release_gate import ReleaseGate
 from llmsim.engine.scheduler.driver import SchedulerEngine
+from llmsim.engine.scheduler.kv_link import KVLinkSpec
 from llmsim.engine.scheduler.params import (
     GpuSpec,
     LoraParams,
@@ -46,6 +49,7 @@ from llmsim.engine.scheduler.params import (
 from llmsim.engine.timer_fd_clock import precise
 from llmsim.errors import ConfigError
 from llmsim.kv_events import KVEventStream, ZmqPublisher, offset_endpoint_port
+from llmsim.kv_transfer import SideChannelPeer, SideChannelServer
 from llmsim.llm import Generator, HuggingFaceTokenizer, RegexTokenizer, Script, Tokenizer, load_responses
 from llmsim.metrics import MetricsHub, cache_config_labels
 from llmsim.transport import ArrivalWatch
@@ -123,6 +127,12 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
             enable_kv_cache_events=model.kv_events is not None and model.kv_events.enable_kv_cache_events,
             lora=lora_params(model),
             async_scheduling=sched.async_scheduling,
+            kv_link=(
+                KVLinkSpec.from_config(model.kv_transfer.bandwidth_gbps, model.kv_transfer.latency_ms)
+                if model.kv_transfer is not None
+                else None
+            ),
+            kv_abort_timeout_s=model.kv_transfer.abort_request_timeout_s if model.kv_transfer is not None else 480.0,
         )
         check_context_fits(params, num_kv_blocks(params))
     except ValueError as exc:
@@ -220,9 +230,17 @@ def build_engine(
             logger.warning("model %s: KV cache events are on, but prefix caching is not enabled.", model.name)
         # One sleep per step, so the step loop can afford a timer that wakes at the deadline's
         # microsecond rather than the event loop's millisecond (most of a quiet server's lag).
-        return BuiltEngine(
-            SchedulerEngine(params, precise(clock, poll_arrivals), observer, gate, poll_arrivals), info, cache_config
+        kv = model.kv_transfer
+        engine = SchedulerEngine(
+            params,
+            precise(clock, poll_arrivals),
+            observer,
+            gate,
+            poll_arrivals,
+            kv_peer=SideChannelPeer() if kv is not None else None,
+            recompute_failed_pulls=kv is not None and kv.kv_load_failure_policy == "recompute",
         )
+        return BuiltEngine(engine, info, cache_config)
     if model.kv_events is not None and model.kv_events.enable_kv_cache_events:
         raise ConfigError(
             file,
@@ -357,6 +375,7 @@ def _serve_model(
     )
     lora = lora_params(model)
     return ServedModel(
+        kv_transfer=kv_transfer_info(model, ranks[0]),
         name=model.name,
         aliases=tuple(model.aliases),
         generator=generator,
@@ -372,6 +391,7 @@ def _serve_model(
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
         faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
         dp_size=model.data_parallel.size,
+        tensor_parallel_size=model.tensor_parallel_size,
         dp_ranks=tuple(ranks),
         rank_engines=tuple(engines),
     )
@@ -393,6 +413,36 @@ class LoopShare:
     def create(cls) -> LoopShare:
         clock = MonotonicClock()
         return cls(clock, ReleaseGate(clock.now), ArrivalWatch())
+
+
+def kv_transfer_info(model: ModelConfig, rank: int = 0) -> KVTransferInfo | None:
+    """The side-channel address of the model's data-parallel ``rank`` (vLLM's port + rank) and a fresh
+    engine id (vLLM: a uuid4 per engine start). The schema keeps P/D to one rank per server."""
+    kv = model.kv_transfer
+    if kv is None:
+        return None
+    host = kv.side_channel_host.replace("{pod_ip}", os.environ.get("POD_IP", "127.0.0.1"))
+    return KVTransferInfo(
+        engine_id=str(uuid.uuid4()),
+        host=host,
+        port=kv.side_channel_port + rank,
+        role=kv.kv_role,
+        tp_size=model.tensor_parallel_size,
+    )
+
+
+def side_channels(models: dict[str, ServedModel]) -> list[SideChannelServer]:
+    """One listener per side-channel address, each answering for the engines that name it."""
+    servers: dict[tuple[str, int], SideChannelServer] = {}
+    for served in models.values():
+        kv = served.kv_transfer
+        if kv is None:
+            continue
+        server = servers.get((kv.host, kv.port))
+        if server is None:
+            server = servers[kv.host, kv.port] = SideChannelServer(kv.host, kv.port)
+        server.register(kv.engine_id, served.engine)
+    return list(servers.values())
 
 
 @dataclass(slots=True)
@@ -482,15 +532,21 @@ def build_runtime(
         for alias in served.aliases:
             state.aliases[alias] = served.name
 
+    channels = side_channels(models)
+
     async def start() -> None:
         for served in models.values():
             await served.engine.start()
+        for channel in channels:
+            await channel.start()
         # Everything built at startup lives forever: keep it out of the collector's way, so a
         # full collection (measured 13.7 ms) does not land in the middle of a token stream.
         gc.collect()
         gc.freeze()
 
     async def stop() -> None:
+        for channel in channels:
+            await channel.stop()
         for served in models.values():
             await served.engine.stop()
         for publisher in publishers.values():

@@ -113,6 +113,35 @@ class Pacing:
 
 
 @dataclass(frozen=True, slots=True)
+class RemotePrefill:
+    """Where a decode leg's prompt KV waits: a prefill answer's ``kv_transfer_params`` (vLLM's NIXL
+    connector), read by the decode replica's engine to pull it."""
+
+    # "" (SGLang's hand-off): whichever engine the replica serves the request id on.
+    engine_id: str
+    request_id: str
+    host: str
+    port: int
+    block_ids: tuple[int, ...]
+    # How long the prefill replica may take to start holding the blocks (SGLang sends both legs
+    # at once: the decode leg waits for its room's prefill); 0: held already (vLLM's sequence).
+    wait_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KVHandoff:
+    """A request's part in disaggregated prefill/decode (vLLM's ``kv_transfer_params``)."""
+
+    # A prefill leg (do_remote_decode): keep its blocks for a decode replica to pull.
+    remote_decode: bool = False
+    # A decode leg (do_remote_prefill with valid params): pull the prompt's KV from there.
+    remote_prefill: RemotePrefill | None = None
+    # A prefill leg's blocks are held under this name (None: its request id); SGLang's legs meet
+    # by their bootstrap room.
+    held_as: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationPlan:
     """What one choice will say: decided up front, released over time by an engine."""
 
@@ -139,6 +168,8 @@ class GenerationPlan:
     token_ids: tuple[int, ...] | None = None
     # LoRA adapter to run with (None: the base model).
     lora_name: str | None = None
+    # Disaggregated prefill/decode: set by the API from kv_transfer_params (None: a whole request).
+    kv_handoff: KVHandoff | None = None
 
     @property
     def num_output_tokens(self) -> int:

@@ -184,10 +184,29 @@ def test_kv_events_config_maps_to_kv_events() -> None:
 
 
 def test_kv_transfer_config_is_parsed_and_kept() -> None:
-    config = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    config = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
     served = translate(LLAMA, "--kv-transfer-config", json.dumps(config))
     assert served.kv_transfer_config == config
     assert served.ignored == ("--kv-transfer-config",)
+    assert served.config.models[0].kv_transfer is None
+
+
+def test_nixl_kv_transfer_config_is_simulated_with_vllms_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_HOST", "10.1.2.3")
+    monkeypatch.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", "5700")
+    monkeypatch.setenv("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "120")
+    config = {"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_load_failure_policy": "recompute"}
+    served = translate(LLAMA, "--kv-transfer-config", json.dumps(config))
+    kv = served.config.models[0].kv_transfer
+    assert kv is not None
+    assert (kv.kv_role, kv.kv_load_failure_policy) == ("kv_producer", "recompute")
+    assert (kv.side_channel_host, kv.side_channel_port, kv.abort_request_timeout_s) == ("10.1.2.3", 5700, 120.0)
+    assert served.ignored == ()
+
+
+def test_nixl_kv_transfer_config_without_a_role_names_the_flag() -> None:
+    with pytest.raises(vllm_cli.VllmArgError, match="--kv-transfer-config"):
+        translate(LLAMA, "--kv-transfer-config", '{"kv_connector": "NixlConnector"}')
 
 
 def test_flags_of_a_real_gpus_internals_are_named_for_the_warning() -> None:

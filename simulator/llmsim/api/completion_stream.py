@@ -20,7 +20,7 @@ from llmsim.api.completion_bodies import (
     finish_reason,
     tool_call_delta_json,
 )
-from llmsim.engine.errors import EngineStopped, RequestAborted
+from llmsim.engine.errors import EngineStopped, RequestAborted, RequestFailed
 from llmsim.types import FinishReason, GenerationPlan, TokenEvent
 
 #: Release lags kept per stream before they are handed to the metrics in one call.
@@ -268,6 +268,9 @@ class CompletionStream:
         """The stream's last bytes after ``exc``, or None if it is not one a stream reports."""
         if isinstance(exc, RequestAborted):
             return self.tail(aborted=True)
+        if isinstance(exc, RequestFailed):
+            # vLLM's GenerationError (finish reason "error"), as an event once headers are sent.
+            return self._chunks.error("Internal server error", "InternalServerError", 500) + DONE
         if not isinstance(exc, EngineStopped):
             return None
         # Headers are sent: like vLLM, report the error as an event; the stream still ends with [DONE].

@@ -11,10 +11,11 @@ in two kinds, each answered 400 as vLLM answers it:
   ranges, ``max_tokens``, the logprobs limit, empty and out-of-vocabulary prompts).
 
 Accepted and ignored, as their effect is on sampling, which a script does not do: the values of
-temperature, top_p, top_k, min_p, the penalties, logit_bias, min_tokens, user, suffix,
-``kv_transfer_params``, and any unknown field (OpenAI's own clients send new fields before servers
-know them; the P/D and DP routers add theirs: ``no_stop_trim``, ``bootstrap_room``...). As vLLM,
-the routes log the unknown fields' names. SGLang's ``data_parallel_rank`` is acted on
+temperature, top_p, top_k, min_p, the penalties, logit_bias, min_tokens, user, suffix, and any
+unknown field (OpenAI's own clients send new fields before servers know them; the P/D and DP
+routers add theirs: ``no_stop_trim``, ``bootstrap_room``...). As vLLM, the routes log the unknown
+fields' names. ``kv_transfer_params`` and sglang-router's ``bootstrap_*`` fields drive the P/D
+hand-off on a model with a ``kv_transfer`` section; SGLang's ``data_parallel_rank`` is acted on
 (:mod:`llmsim.api.data_parallel`) and not logged.
 """
 
@@ -176,8 +177,8 @@ class _Common(_Lenient):
     response_format: ResponseFormat | None = None
     # vLLM extension: generate exactly max_tokens.
     ignore_eos: bool = False
-    # vLLM's P/D hand-off (a KV connector's parameters). Accepted and not acted on: the prefill
-    # and decode legs are each served as a whole request (docs/api.md).
+    # vLLM's P/D hand-off (the NIXL connector's parameters): acted on for a model with a
+    # kv_transfer section (api/kv_transfer.py, docs/pd.md), ignored otherwise.
     kv_transfer_params: dict[str, Any] | None = None
 
     def stop_tuple(self) -> tuple[str, ...]:

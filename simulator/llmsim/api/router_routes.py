@@ -51,6 +51,10 @@ from llmsim.types import GenerationPlan, GenerationRequest, RequestId, TokenEven
 DONE = b"data: [DONE]\n\n"
 
 
+#: SGLang's ``disaggregation_mode`` for each of vLLM's KV roles (``null``: not disaggregated).
+_DISAGGREGATION_MODE = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "null"}
+
+
 def _sampling_params(
     body: ChatCompletionRequest | CompletionRequest, request: GenerationRequest, prompt_tokens: int, context: int
 ) -> dict[str, Any]:
@@ -362,9 +366,9 @@ async def server_info(request: Request) -> Response:
             "tokenizer_path": served.name,
             "served_model_name": served.name,
             "dp_size": len(served.dp_ranks),
-            "tp_size": 1,
+            "tp_size": served.tensor_parallel_size,
             "context_length": served.context_length,
-            "disaggregation_mode": "null",
+            "disaggregation_mode": _DISAGGREGATION_MODE[served.kv_transfer.role] if served.kv_transfer else "null",
             "is_embedding": False,
             "version": __version__,
         }

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmsim.api import data_parallel, json_body
+from llmsim.api import kv_transfer as kv
 from llmsim.api.choice_events import YIELD_EVERY, merged_events
 from llmsim.api.completion_bodies import ChunkTemplates, Echo, completion_body
 from llmsim.api.completion_stream import CompletionStream
@@ -46,7 +47,7 @@ from llmsim.api.protocol import (
 from llmsim.api.served import ServedModel
 from llmsim.api.state import ApiState
 from llmsim.engine import TokenStream
-from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted, RequestFailed
 from llmsim.llm.errors import ContextLengthError, ResponseFormatError
 from llmsim.transport import ARRIVAL_KEY, DropConnection, DroppedResponse, DroppingEvents, EventSource, SSEResponse
 from llmsim.types import FinishReason, GenerationPlan, GenerationRequest, Message, RequestId, TokenEvent
@@ -213,23 +214,48 @@ def _check(body: ChatCompletionRequest | CompletionRequest, served: ServedModel)
         body.check(vocab_size=served.generator.vocab_size)
     except RequestInvalid as exc:
         raise bad_request(exc) from None
-    _log_ignored(body)
+    kv_info = served.kv_transfer
+    _log_ignored(body, kv.BOOTSTRAP_FIELDS if kv_info is not None and kv_info.role != "kv_both" else ())
 
 
-#: Whether the one log line about ``kv_transfer_params`` was written (routers send them on every request).
-_kv_transfer_noted = False
-
-
-def _log_ignored(body: BaseModel) -> None:
-    """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of them)."""
-    global _kv_transfer_noted
-    # SGLang's data_parallel_rank is acted on (api/data_parallel.py), not ignored.
-    extra = [name for name in body.model_extra or () if name != data_parallel.BODY_FIELD]
+def _log_ignored(body: BaseModel, acted_on: tuple[str, ...] = ()) -> None:
+    """Name the fields a body carries that llmsim does not know, as vLLM does (and acts on none of
+    them); ``acted_on``: extra fields this model does act on (SGLang's bootstrap fields)."""
+    extra = body.model_extra
     if extra:
-        logger.warning("The following fields were present in the request but ignored: %s", sorted(extra))
-    if getattr(body, "kv_transfer_params", None) is not None and not _kv_transfer_noted:
-        _kv_transfer_noted = True
-        logger.warning("kv_transfer_params: P/D hand-off is not simulated; each leg is served as a whole request")
+        # SGLang's data_parallel_rank is acted on (api/data_parallel.py), not ignored.
+        ignored = sorted(k for k in extra if k not in acted_on and k != data_parallel.BODY_FIELD)
+        if ignored:
+            logger.warning("The following fields were present in the request but ignored: %s", ignored)
+
+
+def _with_handoff(
+    plans: list[GenerationPlan], body: ChatCompletionRequest | CompletionRequest, served: ServedModel
+) -> list[GenerationPlan]:
+    """Mark the first choice as a prefill or decode leg from ``kv_transfer_params`` (docs/pd.md)."""
+    handoff = kv.handoff(body.kv_transfer_params, served.kv_transfer) or kv.bootstrap_handoff(
+        body.model_extra, served.kv_transfer
+    )
+    if handoff is None or not plans:
+        return plans
+    first = plans[0]
+    if handoff.held_as is not None and first.num_output_tokens > 1:
+        # An SGLang prefill server computes the prompt and one token, whatever max_tokens says.
+        ids = first.token_ids
+        first = replace(
+            first,
+            tokens=first.tokens[:1],
+            token_ids=ids[:1] if ids is not None else None,
+            tool_calls=(),
+            tool_deltas=first.tool_deltas[:1],
+            finish_reason=FinishReason.LENGTH,
+        )
+    finish = first.finish_reason
+    limit = body.effective_max_tokens()
+    if handoff.remote_decode and limit is not None and first.num_output_tokens >= limit:
+        # vLLM checks the length before the stop token: an answer cut at max_tokens says "length".
+        finish = FinishReason.LENGTH
+    return [replace(first, kv_handoff=handoff, finish_reason=finish), *plans[1:]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -334,6 +360,7 @@ async def _respond(
     # The name the client asked for: the base model's, or a LoRA adapter's (as vLLM answers); an
     # alias is answered with the model's first name, as vLLM answers with its first served name.
     model = served.name if body.model in served.aliases else body.model
+    plans = _with_handoff(plans, body, served)
     drop_after: int | None = None
     if fault is not None:
         plans = fault.pace(plans)
@@ -344,9 +371,17 @@ async def _respond(
             done = await _until_disconnect(_complete(served, plans, arrival, ids, now, body.n, drop_after), request)
         except DropConnection:
             return DroppedResponse()
+        except RequestFailed:
+            raise APIError(500, "Internal server error") from None
         if done is None:  # the client left; nobody reads this
             return Response(status_code=499)
         texts, aborted, cached = done
+        kv_params = None
+        handoff = plans[0].kv_handoff if plans else None
+        if handoff is not None and handoff.remote_decode and served.kv_transfer is not None:
+            held = served.engine.held_blocks(ids[0])
+            if held is not None:
+                kv_params = kv.prefill_answer(served.kv_transfer, ids[0], held)
         if aborted:
             # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
             plans = [
@@ -367,6 +402,7 @@ async def _respond(
             echo=echo,
             named_tool=named_tool,
             tool_call_ids=tool_call_ids,
+            kv_transfer_params=kv_params,
         )
         if sum(len(t) for t in texts) > OFFLOAD_OUTPUT_TOKENS:
             # A body of megabytes: built and encoded off the loop, which gets the GIL back every
@@ -413,8 +449,11 @@ async def _respond(
     return SSEResponse(merged, stream.merged, stream, headers=SSE_HEADERS, gate=gate)
 
 
-def _render_body(*args: Any, **kwargs: Any) -> Response:
-    return JSONResponse(completion_body(*args, **kwargs))
+def _render_body(*args: Any, kv_transfer_params: dict[str, Any] | None = None, **kwargs: Any) -> Response:
+    body = completion_body(*args, **kwargs)
+    if kv_transfer_params is not None:
+        body["kv_transfer_params"] = kv_transfer_params
+    return JSONResponse(body)
 
 
 def _prompt_tokens(plans: Sequence[GenerationPlan], body: ChatCompletionRequest | CompletionRequest) -> int:

@@ -43,6 +43,21 @@ class EngineInfo:
         return {key: value for key, value in fields.items() if value is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class KVTransferInfo:
+    """A model in a disaggregated prefill/decode fleet: what its prefill answers tell decode replicas."""
+
+    # This process's engine id for the model (vLLM's engine_id: a fresh uuid per start).
+    engine_id: str
+    # Where this replica's side channel listens: side_channel_host ({pod_ip} filled in) and
+    # side_channel_port + the data-parallel rank.
+    host: str
+    port: int
+    tp_size: int = 1
+    # kv_producer | kv_consumer | kv_both: which SGLang leg a request with bootstrap fields is.
+    role: str = "kv_both"
+
+
 @dataclass(slots=True)
 class ServedModel:
     name: str
@@ -73,9 +88,14 @@ class ServedModel:
     # Data parallelism: the deployment's ranks (vLLM's --data-parallel-size), the global ranks this
     # server runs (in order), and their engines (``engine`` picks among them; one rank: ``engine`` itself).
     dp_size: int = 1
+    # GPUs per rank (vLLM's --tensor-parallel-size): /server_info says it.
+    tensor_parallel_size: int = 1
     dp_ranks: tuple[int, ...] = (0,)
     rank_engines: tuple[Engine, ...] = ()
 
     def ranks(self) -> list[tuple[int, Engine]]:
         """Each rank this server runs (global number) with its engine."""
         return list(zip(self.dp_ranks, self.rank_engines or (self.engine,), strict=True))
+
+    # Disaggregated prefill/decode (models.yml's kv_transfer); None: kv_transfer_params are ignored.
+    kv_transfer: KVTransferInfo | None = None

@@ -121,7 +121,7 @@ class VllmServe:
     config: ModelsConfig
     #: The flags accepted without changing the simulation, as given (for the one warning).
     ignored: tuple[str, ...]
-    #: --kv-transfer-config, parsed and kept (no disaggregated prefill/decode is simulated yet).
+    #: --kv-transfer-config, parsed and kept (NixlConnector's becomes the model's kv_transfer).
     kv_transfer_config: dict[str, Any] | None
 
 
@@ -402,6 +402,40 @@ def _kv_events(config: dict[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in config.items() if k in _KV_EVENTS_KEYS}
 
 
+#: vLLM's NIXL environment (vllm/envs.py) -> models.yml's kv_transfer field, with vLLM's defaults.
+_NIXL_ENV = (
+    ("VLLM_NIXL_SIDE_CHANNEL_HOST", "side_channel_host", str),
+    ("VLLM_NIXL_SIDE_CHANNEL_PORT", "side_channel_port", int),
+    ("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "abort_request_timeout_s", float),
+)
+
+
+def _kv_transfer(text: str | None) -> dict[str, Any] | None:
+    """``--kv-transfer-config`` with the NIXL connector, as models.yml's kv_transfer (disaggregated
+    prefill/decode, docs/pd.md), its side channel and timeout from vLLM's environment variables;
+    None for other connectors (kept and ignored)."""
+    if text is None:
+        return None
+    flag = "--kv-transfer-config"
+    try:
+        config = _json_object(text)
+    except argparse.ArgumentTypeError as exc:
+        raise VllmArgError(flag, str(exc)) from None
+    if config.get("kv_connector") != "NixlConnector":
+        return None
+    kv: dict[str, Any] = {"kv_role": config.get("kv_role"), "kv_connector": "NixlConnector"}
+    if "kv_load_failure_policy" in config:
+        kv["kv_load_failure_policy"] = config["kv_load_failure_policy"]
+    for env, key, kind in _NIXL_ENV:
+        value = os.environ.get(env)
+        if value is not None:
+            try:
+                kv[key] = kind(value)
+            except ValueError:
+                raise VllmArgError(flag, f"{env}={value!r} is not a valid {kind.__name__}") from None
+    return kv
+
+
 def _lora(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any] | None:
     if not args.enable_lora:
         for dest, flag in (("lora_modules", "--lora-modules"), ("max_loras", "--max-loras")):
@@ -476,6 +510,9 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         kv_events = _kv_events(args.kv_events_config)
         if kv_events is not None:
             entry["kv_events"] = kv_events
+    kv_transfer = _kv_transfer(args.vllm_ignored_kv_transfer_config)
+    if kv_transfer is not None:
+        entry["kv_transfer"] = kv_transfer
     if args.enable_prompt_tokens_details is not None:
         entry["enable_prompt_tokens_details"] = args.enable_prompt_tokens_details
     if args.seed is not None:
@@ -504,6 +541,7 @@ _FIELD_FLAGS = {
     "lora.adapters": "--lora-modules",
     "lora": "--max-loras/--max-cpu-loras",
     "kv_events": "--kv-events-config",
+    "kv_transfer": "--kv-transfer-config",
     "faults.seed": "--seed",
     "tensor_parallel_size": "--tensor-parallel-size",
     "pipeline_parallel_size": "--pipeline-parallel-size",
@@ -587,6 +625,8 @@ def build(args: argparse.Namespace) -> VllmServe:
         value = getattr(args, _ignored_dest(name))
         if value is not None:
             ignored.append(f"--no-{name}" if value is False else f"--{name}")
+    if config.models[0].kv_transfer is not None:
+        ignored.remove("--kv-transfer-config")  # simulated: not for the warning
     kv_transfer = args.vllm_ignored_kv_transfer_config
     try:
         kv_transfer_config = _json_object(kv_transfer) if kv_transfer is not None else None

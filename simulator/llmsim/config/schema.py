@@ -309,6 +309,11 @@ class KVTransfer(_Section):
         description="Port of the side channel pulls reach; data-parallel rank r uses this + r "
         "(vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT).",
     )
+    kv_load_failure_policy: Literal["recompute", "fail"] = Field(
+        default="fail",
+        description="A decode leg whose prefill replica cannot give its blocks: fail (finish reason error, HTTP "
+        "500) or recompute (prefill here instead). vLLM's kv_load_failure_policy, whose default is fail.",
+    )
 
 
 class DataParallel(_Section):
@@ -503,6 +508,14 @@ class ModelConfig(_Section):
                 raise ValueError(
                     f"data_parallel.size > 1 needs engine: scheduler (this model's engine is {self.engine})"
                 )
+        dp = self.data_parallel
+        if self.kv_transfer is not None and dp.size > 1 and dp.rank is None and dp.load_balancing == "internal":
+            # Each rank hands off through its own side channel (port + rank) as in vLLM; behind one
+            # port the prefill answer would have to name the rank, which llmsim does not simulate.
+            raise ValueError(
+                "kv_transfer with data-parallel ranks behind one port is not simulated: give each rank its "
+                "own port (data_parallel.load_balancing: external) or its own server (data_parallel.rank)"
+            )
         return self
 
 

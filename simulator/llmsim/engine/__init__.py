@@ -6,13 +6,23 @@ numbers, read time only through an injected :class:`~llmsim.engine.clock.Clock`,
 through an :class:`~llmsim.engine.base.EngineObserver`.
 """
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, ObserverGroup, TokenPrepare, TokenSink, TokenStream
+from llmsim.engine.base import (
+    Engine,
+    EngineObserver,
+    KVPeer,
+    NullObserver,
+    ObserverGroup,
+    TokenPrepare,
+    TokenSink,
+    TokenStream,
+)
 from llmsim.engine.clock import Clock, MonotonicClock
 
 __all__ = [
     "Clock",
     "Engine",
     "EngineObserver",
+    "KVPeer",
     "MonotonicClock",
     "NullObserver",
     "ObserverGroup",

@@ -6,7 +6,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
-from llmsim.types import EngineSnapshot, GenerationPlan, RequestId, RequestStats, StepStats, TokenEvent
+from llmsim.types import EngineSnapshot, GenerationPlan, RemotePrefill, RequestId, RequestStats, StepStats, TokenEvent
 
 
 class EngineObserver(Protocol):
@@ -147,3 +147,25 @@ class Engine(abc.ABC):
     def reset_prefix_cache(self) -> bool:
         """Forget every cached KV block; False when the engine cannot now (requests hold blocks)."""
         return True
+
+    def held_blocks(self, request_id: str) -> tuple[int, ...] | None:
+        """Disaggregated prefill/decode: the blocks a finished prefill leg still holds for a pull
+        (None: not held, never or no longer). Engines without a KV cache hold none."""
+        return None
+
+    def release_held(self, request_id: str) -> bool:
+        """A decode replica pulled prefill leg ``request_id``'s blocks: free them (False: not held)."""
+        return False
+
+
+class KVPeer(Protocol):
+    """The decode side's line to prefill replicas (disaggregated prefill/decode), injected into an
+    engine by the composition root: the engine decides when, the peer does the I/O."""
+
+    async def check(self, remote: RemotePrefill) -> bool:
+        """Whether the prefill replica still holds the request's blocks (False: unreachable, restarted, freed)."""
+        ...
+
+    async def release(self, remote: RemotePrefill) -> None:
+        """Tell the prefill replica the pull is done (or given up): it frees the blocks. Never raises."""
+        ...

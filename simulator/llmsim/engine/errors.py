@@ -20,6 +20,11 @@ class EngineStopped(EngineError):
     """The engine no longer serves: stopped for shutdown, or its step loop failed."""
 
 
+class RequestFailed(EngineError):
+    """The engine ended a request with finish reason ``error`` (a KV pull that failed under vLLM's
+    ``kv_load_failure_policy: fail``): vLLM's API answers 500 "Internal server error"."""
+
+
 class RequestAborted(EngineError):
     """The engine ended a request before its last token (shutdown, sleep, abort): its stream raises this.
 

@@ -76,6 +76,11 @@ class VllmCollector(Collector):
             yield lora_info
         for counter in f.COUNTERS:
             yield _counter(counter, models)
+        by_source = CounterMetricFamily(*f.BY_SOURCE, labels=(*f.LABELS, "source"))
+        for m in models:
+            for source, n in m.prompt_tokens_by_source.items():
+                by_source.add_metric([m.name, m.engine, source], n)
+        yield by_source
         success = CounterMetricFamily(*f.SUCCESS, labels=(*f.LABELS, "finished_reason"))
         for m in models:
             for reason, n in m.requests.items():

@@ -37,7 +37,7 @@ def _header(name: str, doc: str, kind: str) -> str:
 class _ModelLines:
     """Every line prefix of one model, up to and including the space before the value."""
 
-    __slots__ = ("buckets", "counts", "faults", "label_str", "plain", "success", "sums")
+    __slots__ = ("buckets", "by_source", "counts", "faults", "label_str", "plain", "success", "sums")
 
     def __init__(self, m: ModelMetrics) -> None:
         base = {"model_name": m.name, "engine": m.engine}
@@ -48,6 +48,10 @@ class _ModelLines:
         self.success = {
             reason: f"{f.SUCCESS[0]}_total{{{_labels(base | {'finished_reason': str(reason)})}}} "
             for reason in m.requests
+        }
+        self.by_source = {
+            source: f"{f.BY_SOURCE[0]}_total{{{_labels(base | {'source': source})}}} "
+            for source in m.prompt_tokens_by_source
         }
         self.faults = {kind: f"{f.FAULTS[0]}_total{{{_labels(base | {'kind': kind})}}} " for kind in m.faults_injected}
         self.buckets: dict[str, list[str]] = {}
@@ -118,6 +122,10 @@ class Exposition:
                 lora_pairs |= {"running_lora_adapters": on, "waiting_lora_adapters": queued}
                 add(f"{f.LORA_INFO[0]}{{{_labels(lora_pairs)}}} {f.go_float(m.wall_clock())}\n")
         self._counters(out, f.COUNTERS, models)
+        add(_header(f.BY_SOURCE[0] + "_total", f.BY_SOURCE[1], "counter"))
+        for m, lines in models:
+            for source, n in m.prompt_tokens_by_source.items():
+                out += (lines.by_source[source], _int(n), "\n")
         add(_header(f.SUCCESS[0] + "_total", f.SUCCESS[1], "counter"))
         for m, lines in models:
             for reason, n in m.requests.items():

@@ -66,7 +66,32 @@ COUNTERS: tuple[Family[int], ...] = (
         "Prefix cache hits, in terms of number of cached tokens.",
         lambda m: m.prefix_cache_hits,
     ),
+    Family(
+        "vllm:external_prefix_cache_queries",
+        "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of "
+        "queried tokens.",
+        lambda m: m.external_prefix_cache_queries,
+    ),
+    Family(
+        "vllm:external_prefix_cache_hits",
+        "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of "
+        "cached tokens.",
+        lambda m: m.external_prefix_cache_hits,
+    ),
+    Family(
+        "vllm:prompt_tokens_cached",
+        "Number of cached prompt tokens (local + external).",
+        lambda m: m.prompt_tokens_cached,
+    ),
+    Family(
+        "vllm:prompt_tokens_recomputed",
+        "Number of cached tokens recomputed for forward pass.",
+        lambda m: m.prompt_tokens_recomputed,
+    ),
 )
+
+# Labelled by ``source`` (vLLM's PromptTokenStats.ALL_SOURCES, every one from the start).
+BY_SOURCE = ("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.")
 
 HISTOGRAMS: tuple[Family[Histogram], ...] = (
     Family("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lambda m: m.ttft),

@@ -14,6 +14,9 @@ from llmsim.types import EngineSnapshot, FinishReason, RequestStats, StepStats
 
 Snapshot = Callable[[], EngineSnapshot]
 
+#: vLLM's PromptTokenStats.ALL_SOURCES, the ``source`` label's values.
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+
 _IDLE = EngineSnapshot(num_running=0, num_waiting=0, kv_used_blocks=0, kv_total_blocks=0)
 
 
@@ -59,6 +62,12 @@ class ModelMetrics:
         self.requests = dict.fromkeys(FinishReason, 0)
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.external_prefix_cache_queries = 0
+        self.external_prefix_cache_hits = 0
+        # vLLM's PromptTokenStats: prompt tokens by source, cached and recomputed.
+        self.prompt_tokens_by_source = dict.fromkeys(PROMPT_SOURCES, 0)
+        self.prompt_tokens_cached = 0
+        self.prompt_tokens_recomputed = 0
         # llmsim_faults_injected_total{kind}: every kind from the start, so rate() has its zero.
         self.faults_injected = dict.fromkeys(FAULT_KINDS, 0)
         # vLLM's histograms.
@@ -103,6 +112,8 @@ class ModelMetrics:
         # In tokens, once per request at its first admission (vLLM 0.34's scheduler stats).
         self.prefix_cache_queries += stats.prefix_cache_queries
         self.prefix_cache_hits += stats.prefix_cache_hits
+        self.external_prefix_cache_queries += stats.external_prefix_cache_queries
+        self.external_prefix_cache_hits += stats.external_prefix_cache_hits
         summary = self.summary
         summary.preemptions += stats.num_preemptions
         summary.step_duration.add(stats.duration)
@@ -123,6 +134,7 @@ class ModelMetrics:
         if first is not None:
             self.prompt_tokens += stats.prompt_tokens
             summary.prompt_tokens += stats.prompt_tokens
+            self._count_prompt_sources(stats)
         self.generation_tokens += stats.output_tokens
         summary.generation_tokens += stats.output_tokens
 
@@ -154,6 +166,20 @@ class ModelMetrics:
             gaps = [b - a for a, b in pairwise(times)]
             self.itl.observe_many(gaps)
             summary.itl.add_many(gaps)
+
+    def _count_prompt_sources(self, stats: RequestStats) -> None:
+        """vLLM's ``PromptTokenStats.update_from_output``, its formula as written: when all but the
+        last prompt token were cached, that token counts as recomputed (and as cached too)."""
+        prompt = stats.prompt_tokens
+        cached = stats.num_cached_tokens
+        external = stats.num_external_tokens
+        recomputed = 1 if cached + 1 == prompt else 0
+        by_source = self.prompt_tokens_by_source
+        by_source["local_compute"] += prompt - cached
+        by_source["local_cache_hit"] += cached + recomputed - external
+        by_source["external_kv_transfer"] += external
+        self.prompt_tokens_cached += cached
+        self.prompt_tokens_recomputed += recomputed
 
     # API ------------------------------------------------------------------------------------
 

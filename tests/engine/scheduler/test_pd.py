@@ -9,6 +9,7 @@ arithmetic (bytes / bandwidth + latency), worked out by hand on tiny configs.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,8 +113,8 @@ def test_decode_leg_pulls_then_recomputes_the_last_prompt_token() -> None:
     assert len(leg.blocks) == 2
     assert leg.num_external_tokens == 8
     assert leg.kv_ready_time == pytest.approx(8 / 100.0 + 0.5)
-    assert out.external_prefix_cache_queries == 8
-    assert out.external_prefix_cache_hits == 8
+    # A step that runs nothing is not reported: its lookups go with the next step that runs.
+    assert out.external_prefix_cache_queries == 0
     assert sched.snapshot().num_waiting == 1
     assert sched.snapshot().num_running == 0
     assert sched.next_pull_time() == leg.kv_ready_time
@@ -128,6 +129,8 @@ def test_decode_leg_pulls_then_recomputes_the_last_prompt_token() -> None:
     # One token computed (the last prompt token), counted as prefill; the first token follows.
     assert out.num_prefill_tokens == 1
     assert out.num_decode_tokens == 0
+    assert out.external_prefix_cache_queries == 8
+    assert out.external_prefix_cache_hits == 8
     assert leg.num_cached_tokens == 7
     assert leg.remote_prefill is False
     result = sched.update_from_output(out, 0.6)
@@ -165,9 +168,9 @@ def test_decode_leg_local_prefix_hits_are_not_pulled() -> None:
     # Hit capped at length - 1 tokens: 2 full blocks (8 tokens); 4 tokens pulled.
     assert out.pulls == [leg]
     assert leg.num_external_tokens == 4
+    out = sched.schedule(leg.kv_ready_time)
     assert out.prefix_cache_hits == 8
     assert out.external_prefix_cache_hits == 4
-    out = sched.schedule(leg.kv_ready_time)
     assert out.scheduled == [leg]
     assert out.num_prefill_tokens == 1
     assert leg.num_cached_tokens == 11
@@ -234,3 +237,16 @@ def test_preempted_decode_leg_recomputes_locally() -> None:
     out = sched.schedule(2.0)
     assert out.pulls == []
     assert out.num_prefill_tokens == 9
+
+
+def test_under_tensor_parallelism_each_rank_pulls_its_share_of_the_heads() -> None:
+    # 8 KV heads over 2 ranks: each rank's NIC carries half of a token's KV, all ranks at once, so
+    # the pull takes half the bytes' time. 8 tokens x 4 B / 2 = 16 B at 100 B/s, plus 0.5 s.
+    base = tiny_params(16, kv_link=LINK, kv_abort_timeout_s=10.0)
+    model = replace(base.model, kv_bytes_per_token=4, num_key_value_heads=8, num_hidden_layers=1, hidden_size=8)
+    gpu = replace(base.gpu, hbm_bytes=base.gpu.hbm_bytes * 8, interconnect_bandwidth=1e9)
+    sched: Scheduler[Sequence] = Scheduler(replace(base, model=model, gpu=gpu, tensor_parallel_size=2))
+    leg = decode_leg("d", 8, 2)
+    sched.add_request(leg)
+    sched.schedule(0.0)
+    assert leg.kv_ready_time == pytest.approx(16 / 100.0 + 0.5)

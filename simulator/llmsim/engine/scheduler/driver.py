@@ -35,20 +35,20 @@ import heapq
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from collections.abc import Sequence as Seq
 from contextlib import suppress
 from typing import ClassVar
 
-from llmsim.engine.base import Engine, EngineObserver, NullObserver, TokenPrepare, TokenSink, TokenStream
+from llmsim.engine.base import Engine, EngineObserver, KVPeer, NullObserver, TokenPrepare, TokenSink, TokenStream
 from llmsim.engine.clock import Clock
-from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
+from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted, RequestFailed
 from llmsim.engine.release_gate import ReleaseGate
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
 from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
-from llmsim.types import EngineSnapshot, GenerationPlan, Pacing, RequestId, TokenEvent
+from llmsim.types import EngineSnapshot, FinishReason, GenerationPlan, Pacing, RemotePrefill, RequestId, TokenEvent
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _nothing() -> None:
 class _Stream(Sequence):
     """A sequence plus its consumer's channel; the :class:`TokenStream` the API pulls."""
 
-    __slots__ = ("engine", "events", "in_inbox", "plan", "prepare", "sink", "waiter")
+    __slots__ = ("engine", "events", "in_inbox", "plan", "prepare", "remote", "sink", "waiter")
 
     def __init__(
         self,
@@ -90,6 +90,16 @@ class _Stream(Sequence):
             lora_id=lora[0],
             extra_keys=lora[1],
         )
+        handoff = plan.kv_handoff
+        # A decode leg's prefill replica, until its blocks there are released (None: nothing to release).
+        self.remote: RemotePrefill | None = None
+        if handoff is not None:
+            self.remote_decode = handoff.remote_decode
+            if handoff.remote_prefill is not None:
+                self.remote_prefill = True
+                self.remote = handoff.remote_prefill
+                # The pull waits for the prefill replica's word that it holds the blocks.
+                self.kv_pull_confirmed = False
         self.engine = engine
         self.plan = plan
         self.events: deque[TokenEvent] = deque()
@@ -119,6 +129,8 @@ class _Stream(Sequence):
             if self.status >= _FINISHED:
                 if self.status is _ABORTED:
                     raise RequestAborted("the engine aborted the request")
+                if self.finish_reason is FinishReason.ERROR:
+                    raise RequestFailed("the request's KV transfer failed")
                 raise StopAsyncIteration
             engine = self.engine
             if engine.failure is not None:
@@ -144,6 +156,13 @@ class _Stream(Sequence):
     def interrupt(self) -> None:
         """The stream ended under its consumer (abort, stop): let it see that now."""
         self.wake()
+
+
+def _held_key(stream: _Stream) -> str:
+    """The name a finished prefill leg's blocks are held under: its request id, or its hand-off's name."""
+    handoff = stream.plan.kv_handoff
+    held_as = handoff.held_as if handoff is not None else None
+    return held_as or stream.request_id
 
 
 class _PacedStream(_Stream):
@@ -242,8 +261,20 @@ class SchedulerEngine(Engine):
         observer: EngineObserver | None = None,
         gate: ReleaseGate | None = None,
         poll_arrivals: Callable[[], None] | None = None,
+        kv_peer: KVPeer | None = None,
+        recompute_failed_pulls: bool = False,
     ) -> None:
         self._params = params
+        # Disaggregated prefill/decode: the line to prefill replicas (decode legs need it), and
+        # vLLM's kv_load_failure_policy (False: "fail", vLLM's default; True: "recompute").
+        self._kv_peer = kv_peer
+        self._recompute_failed_pulls = recompute_failed_pulls
+        # Decode legs whose prefill replica said no (handled by the step loop, between steps).
+        self._failed_pulls: list[_Stream] = []
+        # Finished prefill legs holding blocks for a pull, by request id.
+        self._held: dict[str, _Stream] = {}
+        # Fire-and-forget side-channel calls, kept so they are not collected mid-flight.
+        self._peer_tasks: set[asyncio.Task[None]] = set()
         self._clock = clock
         # Shared with the request side: it holds its work back while a release is at hand.
         self._gate = gate
@@ -315,6 +346,8 @@ class SchedulerEngine(Engine):
 
     async def stop(self) -> None:
         self.closed = True
+        for peer_task in list(self._peer_tasks):
+            peer_task.cancel()
         task, self._task = self._task, None
         if task is not None and not task.done():  # a failed loop's error was already logged
             task.cancel()
@@ -378,6 +411,9 @@ class SchedulerEngine(Engine):
         self._num_inbox += len(streams)
         self._live.update(streams)
         self._paced.update(s for s in streams if isinstance(s, _PacedStream))
+        for stream in streams:
+            if stream.remote is not None:
+                self._spawn(self._check_pull(stream, stream.remote))
         await self.start()
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
@@ -433,6 +469,7 @@ class SchedulerEngine(Engine):
         if stream.status >= _FINISHED:
             return
         now = max(self._clock.now(), stream.arrival)
+        self._release_remote(stream)  # the client left mid-pull: the prefill side frees too
         if stream.in_inbox:
             # Dropped when the step loop reaches its admission.
             stream.status = _ABORTED
@@ -441,6 +478,113 @@ class SchedulerEngine(Engine):
         else:
             self._scheduler.abort(stream, now)
         self._observer.on_request_finished(stream.to_stats())
+
+    # -- disaggregated prefill/decode -----------------------------------------------------
+
+    def held_blocks(self, request_id: str) -> tuple[int, ...] | None:
+        stream = self._held.get(request_id)
+        if stream is None or stream not in self._scheduler.held:
+            return None
+        return tuple(stream.blocks)
+
+    def release_held(self, request_id: str) -> bool:
+        stream = self._held.pop(request_id, None)
+        if stream is None or not self._scheduler.release_held(stream):
+            return False
+        self._wake_loop()  # the freed blocks may admit a waiting request
+        return True
+
+    def _wake_loop(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def _spawn(self, work: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._peer_tasks.add(task)
+        task.add_done_callback(self._peer_tasks.discard)
+
+    async def _check_pull(self, stream: _Stream, remote: RemotePrefill) -> None:
+        """Ask the prefill replica whether it holds the blocks; the pull goes on, or fails, on its answer."""
+        peer = self._kv_peer
+        ok = False
+        if peer is not None:
+            try:
+                ok = await peer.check(remote)
+            except Exception:
+                logger.exception("KV pull check for %s failed", stream.request_id)
+        if stream.status >= _FINISHED:
+            if ok:
+                self._release_remote(stream)
+            return
+        if ok:
+            stream.kv_pull_confirmed = True
+            if stream.kv_ready_time < math.inf:
+                # Admitted already: the bytes leave once the prefill side has answered (SGLang's
+                # decode leg may wait for its prefill), so they cannot arrive before then plus
+                # the pull's own time (not queued behind others: the link's queue was already
+                # charged at admission).
+                link = self._params.kv_link
+                num_bytes = stream.num_external_tokens * self._params.kv_bytes_per_token_per_gpu
+                pull = link.transfer_seconds(num_bytes) if link is not None else 0.0
+                stream.kv_ready_time = max(stream.kv_ready_time, self._clock.now() + pull)
+        else:
+            stream.remote = None  # nothing held there to release
+            self._failed_pulls.append(stream)
+        self._wake_loop()
+
+    def _release_remote(self, stream: _Stream) -> None:
+        """Tell the prefill replica to free ``stream``'s blocks (once)."""
+        remote = stream.remote
+        if remote is None or self._kv_peer is None:
+            return
+        stream.remote = None
+        self._spawn(self._kv_peer.release(remote))
+
+    def _settle_handoffs(self, now: float) -> None:
+        """Between steps: failed pulls go to the scheduler's failure policy, and held prefill legs
+        whose timeout passed are freed."""
+        sched = self._scheduler
+        failed, self._failed_pulls = self._failed_pulls, []
+        recompute = self._recompute_failed_pulls
+        for stream in failed:
+            if stream.status >= _FINISHED:
+                continue
+            if stream.in_inbox:
+                stream.remote_prefill = False
+                if recompute:
+                    continue
+                # Ends before admission: the step loop's admission drops it.
+                stream.finish_reason = FinishReason.ERROR
+                stream.status = _FINISHED
+                stream.finished_time = now
+                self._num_inbox -= 1
+            elif sched.fail_pull(stream, now, recompute):
+                continue
+            logger.warning("request %s: the KV transfer from its prefill replica failed", stream.request_id)
+            self._live.discard(stream)
+            stream.wake()
+            self._observer.on_request_finished(stream.to_stats())
+        if sched.held:
+            for stream in sched.expire_held(now):
+                self._held.pop(_held_key(stream), None)
+                logger.debug("request %s: held KV blocks freed at the abort timeout", stream.request_id)
+
+    async def _idle(self, deadline: float) -> None:
+        """Wait for a request, a pull's answer or a release, or until ``deadline`` (inf: no limit)."""
+        loop = asyncio.get_running_loop()
+        self._wakeup = wakeup = loop.create_future()
+        try:
+            if deadline == math.inf:
+                await wakeup
+            else:
+                timer = loop.create_task(self._clock.sleep_until(deadline))
+                try:
+                    await asyncio.wait((wakeup, timer), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+        finally:
+            self._wakeup = None
 
     def snapshot(self) -> EngineSnapshot:
         inbox = None
@@ -561,26 +705,37 @@ class SchedulerEngine(Engine):
         clock = self._clock
         observer = self._observer
         inbox = self._inbox
-        loop = asyncio.get_running_loop()
         step_start = self._timeline_end
         previous_start = -math.inf
         params = self._params
         gate = self._gate
         while True:
+            if self._failed_pulls or sched.held:
+                self._settle_handoffs(clock.now())
             if not sched.has_work():
-                if not inbox:
-                    self._wakeup = loop.create_future()
-                    await self._wakeup
-                    self._wakeup = None
+                # Idle restart: anchored at the arrival stamp (or a pull's arrival), never at "now".
+                restart = min(inbox[0][0] if inbox else math.inf, sched.next_pull_time())
+                if restart == math.inf:
+                    await self._idle(sched.next_held_expiry())
                     continue
-                # Idle restart: anchored at the arrival stamp, never at "now".
-                if inbox[0][0] > step_start:
-                    step_start = inbox[0][0]
+                if restart > step_start:
+                    step_start = restart
             self._admit_arrivals(admission_cutoff(params, step_start, previous_start, bool(sched.running)))
-            if not sched.has_work():
+            if not sched.has_work() and not sched.receiving:
                 continue  # every arrival was refused or had left
             self._poll_arrivals()  # half-way through the work between a pass and the next sleep
             out = sched.schedule(step_start)
+            for stream in out.received:
+                self._release_remote(stream)  # its bytes are here: the prefill side frees them
+            if not out.scheduled:
+                # Nothing can run: pulls in flight, or held and pulling blocks leave no room for
+                # the waiting. Wait for what changes that, and restart the timeline then.
+                await self._idle(min(sched.next_pull_time(), sched.next_held_expiry()))
+                # Anchored at what ended the wait (a pull's arrival, a request's), else "now" (a release).
+                resume = min(sched.next_pull_time(), inbox[0][0] if inbox else math.inf, clock.now())
+                if resume > step_start:
+                    step_start = resume
+                continue
             duration = step_duration(out)
             deadline = step_start + duration
             pending = self._prepare_release(out.scheduled, deadline)
@@ -605,6 +760,8 @@ class SchedulerEngine(Engine):
             for stream in result.finished:
                 stream.wake()  # a plan with no tokens ends without a release
                 self._live.discard(stream)
+                if stream.remote_decode and stream in sched.held:
+                    self._held[_held_key(stream)] = stream
                 observer.on_request_finished(stream.to_stats())
             previous_start = step_start
             step_start = deadline

@@ -30,7 +30,7 @@ class KVLinkSpec:
         """From models.yml's units (GB/s, ms)."""
         return cls(bandwidth_gbps * 1e9, latency_ms / 1000.0)
 
-    def transfer_seconds(self, num_bytes: int) -> float:
+    def transfer_seconds(self, num_bytes: float) -> float:
         """How long ``num_bytes`` take on an idle link, latency included."""
         return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
 
@@ -43,10 +43,10 @@ class KVLink:
     def __init__(self, spec: KVLinkSpec) -> None:
         self.spec = spec
         self._free_at = 0.0
-        self.bytes_moved = 0
+        self.bytes_moved = 0.0
         self.pulls = 0
 
-    def pull(self, now: float, num_bytes: int) -> float:
+    def pull(self, now: float, num_bytes: float) -> float:
         """Queue a pull of ``num_bytes`` asked for at ``now``; return when its last byte has arrived."""
         start = now if now > self._free_at else self._free_at
         self._free_at = start + num_bytes / self.spec.bandwidth_bytes_per_s

@@ -235,6 +235,9 @@ class Scheduler(Generic[S]):
         # Insertion order is finishing order, and every leg waits the same timeout, so the
         # first entries are the first to expire.
         self.held: dict[S, float] = {}
+        # Lookups counted in steps that ran nothing (a pull started while nothing could run): a
+        # driver reports no such step, so they join the next step that runs.
+        self._unreported = (0, 0, 0, 0)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -371,7 +374,8 @@ class Scheduler(Generic[S]):
         allocated = kv.allocate_slots(seq, external)
         assert allocated, "the whole sequence fits, so its prompt does"
         seq.num_external_tokens = external
-        num_bytes = external * self.params.model.kv_bytes_per_token
+        # Each tensor-parallel rank pulls its share of the heads over its own NIC, all at once.
+        num_bytes = external * self.params.kv_bytes_per_token_per_gpu
         link = self.link
         seq.kv_ready_time = link.pull(now, num_bytes) if link is not None else now
         seq.status = _REMOTE
@@ -603,6 +607,23 @@ class Scheduler(Generic[S]):
         assert not self.has_work() or out.scheduled or self.held or self.receiving, "work pending but nothing scheduled"
         self.kv.check()
         out.kv_used_blocks = self.kv.num_used
+        if not out.scheduled:
+            carried = self._unreported
+            self._unreported = (
+                carried[0] + out.prefix_cache_queries,
+                carried[1] + out.prefix_cache_hits,
+                carried[2] + out.external_prefix_cache_queries,
+                carried[3] + out.external_prefix_cache_hits,
+            )
+            out.prefix_cache_queries = out.prefix_cache_hits = 0
+            out.external_prefix_cache_queries = out.external_prefix_cache_hits = 0
+        elif self._unreported != (0, 0, 0, 0):
+            carried = self._unreported
+            out.prefix_cache_queries += carried[0]
+            out.prefix_cache_hits += carried[1]
+            out.external_prefix_cache_queries += carried[2]
+            out.external_prefix_cache_hits += carried[3]
+            self._unreported = (0, 0, 0, 0)
         return out
 
     def finish_blocks(self, seq: S, now: float) -> None:
