@@ -29,10 +29,10 @@ OPTIONS = Options(image="sim:test", now=lambda: "2025-01-01T00:00:00Z")
 SIM = ("llmsim.io/v1alpha1", "LLMSimulator", NAMESPACE, "llama")
 
 
-def known(kube: FakeKube) -> dict[str, ChildView]:
+def known(kube: FakeKube) -> dict[tuple[str, str], ChildView]:
     """What the child indexes would hold for ``llama``."""
     views = (child_view(obj) for obj in kube.objects.values() if obj["kind"] != "LLMSimulator")
-    return {view.kind: view for view in views if view is not None}
+    return {(view.kind, view.name): view for view in views if view is not None}
 
 
 async def converged(spec: dict[str, Any] | None = None, **kwargs: Any) -> FakeKube:
