@@ -40,6 +40,7 @@ from llmsim_operator.reconciler import (
     child_drifted,
     child_view,
     controller_name,
+    known_fleet,
     reconcile,
     refresh_status,
 )
@@ -265,8 +266,8 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
                 await reconcile_from_index(kube, parent, kwargs, frozenset({view.kind}), f"{view.kind} changed")
             elif view.kind == "Deployment":
                 # Every role's Deployment, as the watches know them (a disaggregated fleet has two).
-                known = known_children(kwargs, namespace, owner)
-                await refresh_status(kube, namespace, owner, known, reconcile_options, current=parent)
+                fleet = known_fleet(owner, parent.get("spec") or {}, known_children(kwargs, namespace, owner))
+                await refresh_status(kube, namespace, owner, fleet, reconcile_options, current=parent)
         except (ReconcileError, ApiError) as exc:
             logger.warning("cannot follow %s %s/%s: %s", view.kind, namespace, view.name, exc)
 

@@ -16,7 +16,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from llmsim_operator import conventions as c
 from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
@@ -398,23 +398,17 @@ async def refresh_status(
     kube: KubeApi,
     namespace: str,
     name: str,
-    deployments: Fleet | Known | Object | None,
+    deployments: Fleet | Object | None,
     options: Options,
     current: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Recompute the Deployment-derived status fields of ``namespace/name`` (None if it is gone).
 
-    ``deployments``: a fleet, what the watches know of its children (each role's Deployment is looked
-    up there), or an aggregated fleet's one Deployment. ``current``: the LLMSimulator as last seen, if
-    known; then an unchanged status costs no API call.
+    ``deployments``: every role's Deployment (:func:`known_fleet`), or an aggregated fleet's one.
+    ``current``: the LLMSimulator as last seen, if known; then an unchanged status costs no API call.
     """
     now = options.now()
-    if isinstance(deployments, Mapping) and all(isinstance(k, tuple) for k in deployments):
-        if current is None:
-            current = await kube.get(c.API_VERSION, c.KIND, namespace, name)
-        known: Known = cast(Known, deployments)
-        deployments = await _fleet(kube, namespace, name, (current or {}).get("spec") or {}, known)
-    fleet = Fleet.of(cast(Fleet | Object | None, deployments))
+    fleet = Fleet.of(deployments)
     status, _ = await write_status(
         kube, namespace, name, lambda previous: with_deployment(previous, fleet, now), current
     )
@@ -482,18 +476,30 @@ async def _fleet(
     applied: Mapping[str, Object | None] | None = None,
 ) -> Fleet:
     """Each role's Deployment as the status needs it: just applied, else from the watch when known, else read."""
+    if known is not None:
+        return known_fleet(name, spec, known, applied)
     deployments: list[tuple[str, Object | None]] = []
     for role in c.roles(spec):
         child = c.role_name(name, role)
-        deployment = (applied or {}).get(child)
-        if deployment is None and known is not None:
-            view = known.get(("Deployment", child))
-            deployment = view.summary if view is not None else None
-        elif deployment is None:
-            deployment = await _get_deployment(kube, namespace, child)
+        deployment = (applied or {}).get(child) or await _get_deployment(kube, namespace, child)
         deployments.append((role, deployment))
-    size = int((spec.get("dataParallel") or {}).get("size") or 1)
-    return Fleet(tuple(deployments), gpus_per_pod=size)
+    return Fleet(tuple(deployments), gpus_per_pod=_gpus_per_pod(spec))
+
+
+def known_fleet(
+    name: str, spec: Mapping[str, Any], known: Known, applied: Mapping[str, Object | None] | None = None
+) -> Fleet:
+    """Each role's Deployment of LLMSimulator ``name``: just applied, else as the watches know it (None: missing)."""
+    deployments: list[tuple[str, Object | None]] = []
+    for role in c.roles(spec):
+        child = c.role_name(name, role)
+        view = known.get(("Deployment", child))
+        deployments.append((role, (applied or {}).get(child) or (view.summary if view is not None else None)))
+    return Fleet(tuple(deployments), gpus_per_pod=_gpus_per_pod(spec))
+
+
+def _gpus_per_pod(spec: Mapping[str, Any]) -> int:
+    return int((spec.get("dataParallel") or {}).get("size") or 1)
 
 
 async def _get_deployment(kube: KubeApi, namespace: str, name: str) -> Object | None:

@@ -766,7 +766,14 @@ def test_a_disaggregated_fleet_has_a_deployment_service_and_status_per_role(dyn:
 
     _mark_ready(dyn, namespace, "app.kubernetes.io/instance=pd,llm-d.ai/role=prefill", 1)
     _mark_ready(dyn, namespace, "app.kubernetes.io/instance=pd,llm-d.ai/role=decode", 2)
-    obj = status_with(dyn, namespace, "pd", "Ready=True", lambda o: condition(o, "Ready").get("status") == "True")
+    # Reconciled (the endpoints) and Ready (the pods): two writers, either may come first.
+    obj = status_with(
+        dyn,
+        namespace,
+        "pd",
+        "Ready=True, generation 1 reconciled",
+        lambda o: condition(o, "Ready").get("status") == "True" and o["status"].get("observedGeneration") == 1,
+    )
     status = obj["status"]
     assert (status["ready"], status["replicas"]) == ("2/2", 2)
     assert status["roles"]["prefill"] == {
