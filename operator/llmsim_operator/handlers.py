@@ -41,6 +41,7 @@ from llmsim_operator.reconciler import (
     child_view,
     controller_name,
     known_fleet,
+    known_key,
     reconcile,
     refresh_status,
 )
@@ -100,13 +101,13 @@ def _one(index: Mapping[Key, Any], key: Key) -> Any:
     return next(iter(index.get(key) or ()), None)
 
 
-def known_children(indexes: Mapping[str, Any], namespace: str, name: str) -> dict[tuple[str, str], ChildView]:
-    """The children of ``namespace/name`` that the watches know exist, by (kind, name)."""
-    known: dict[tuple[str, str], ChildView] = {}
+def known_children(indexes: Mapping[str, Any], namespace: str, name: str) -> dict[str, ChildView]:
+    """The children of ``namespace/name`` that the watches know exist, by kind (and name: :func:`known_key`)."""
+    known: dict[str, ChildView] = {}
     for _, index_id in CHILDREN:
         index = indexes.get(index_id)
         for view in (index.get((namespace, name)) or ()) if index is not None else ():
-            known[(view.kind, view.name)] = view
+            known[known_key(view.kind, view.name)] = view
     return known
 
 

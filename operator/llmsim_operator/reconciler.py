@@ -96,8 +96,16 @@ class ChildView:
     summary: Object | None = None
 
 
-#: The children the operator knows exist, by (kind, name); None where nothing is known (then every child is applied).
-Known = Mapping[tuple[str, str], ChildView]
+#: The children the operator knows exist, by :func:`known_key`; None where nothing is known (then every
+#: child is applied).
+Known = Mapping[str, ChildView]
+#: Kinds an LLMSimulator may have several of: known by kind and name (a Deployment and Service per role).
+_MANY = frozenset({"Deployment", "Service"})
+
+
+def known_key(kind: str, name: str) -> str:
+    """The key of a child in :data:`Known`: its kind, or kind/name for kinds it may have several of."""
+    return f"{kind}/{name}" if kind in _MANY else kind
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
@@ -266,7 +274,7 @@ async def reconcile(
         for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
             for stale in _role_names(name):
                 # Their watches run from the start, so what is not known does not exist (no read).
-                if children.named(kind, stale) is None and (known is None or (kind, stale) in known):
+                if children.named(kind, stale) is None and (known is None or known_key(kind, stale) in known):
                     await sync.delete_owned(api_version, kind, namespace, stale, uid)
         fleet = await _fleet(kube, namespace, name, sim.spec, known, applied)
         warning = await _sync_service_monitor(sync, sim, children.service_monitor, uid)
@@ -313,7 +321,7 @@ def _role_names(name: str) -> list[str]:
 
 
 async def desired_child(
-    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options, name: str | None = None
+    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options, name: str = ""
 ) -> Object | None:
     """The stamped manifest of the ``kind`` child ``name`` (default: the scaled role's, or the only one) of
     LLMSimulator ``body``, as a reconcile would apply it.
@@ -326,7 +334,7 @@ async def desired_child(
     except InvalidSpec:
         return None
     children = _render(body, sim, responses, options.image)
-    if name is None:
+    if not name:
         one = {"Deployment": children.deployment, "Service": children.service}.get(kind)
         name = one["metadata"]["name"] if one is not None else sim.name
     if kind == "ConfigMap":
@@ -355,8 +363,8 @@ class _Sync:
         self.kube, self.known, self.force, self.outcome = kube, known, force, outcome
         self.confirm_absent = confirm_absent
 
-    def view(self, kind: str, name: str) -> ChildView | None:
-        return self.known.get((kind, name)) if self.known is not None else None
+    def view(self, kind: str, name: str = "") -> ChildView | None:
+        return self.known.get(known_key(kind, name)) if self.known is not None else None
 
     async def apply(self, manifest: Object) -> Object | None:
         """Apply ``manifest`` unless the known child already carries its hash; the applied object, or None."""
@@ -493,7 +501,7 @@ def known_fleet(
     deployments: list[tuple[str, Object | None]] = []
     for role in c.roles(spec):
         child = c.role_name(name, role)
-        view = known.get(("Deployment", child))
+        view = known.get(known_key("Deployment", child))
         deployments.append((role, (applied or {}).get(child) or (view.summary if view is not None else None)))
     return Fleet(tuple(deployments), gpus_per_pod=_gpus_per_pod(spec))
 
