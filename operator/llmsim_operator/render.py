@@ -167,7 +167,10 @@ def _container(sim: SimulatorSpec, image: str, with_responses: bool, role: str) 
         container["imagePullPolicy"] = sim.spec["imagePullPolicy"]
     events_port = kv_events_port(sim)
     if events_port is not None:
-        container["ports"].append({"name": "kv-events", "containerPort": events_port, "protocol": "TCP"})
+        # Each data-parallel rank publishes on the port + its rank (vLLM moves the endpoint the same way).
+        for rank in range(sim.data_parallel_size):
+            name = "kv-events" if rank == 0 else f"kv-events-{rank}"
+            container["ports"].append({"name": name, "containerPort": events_port + rank, "protocol": "TCP"})
     for rank, port in enumerate(side_channel_ports(sim, role)):
         name = "side-channel" if rank == 0 else f"side-channel-{rank}"
         container["ports"].append({"name": name, "containerPort": port, "protocol": "TCP"})

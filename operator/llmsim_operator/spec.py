@@ -133,7 +133,9 @@ def _check_ports(spec: dict[str, Any]) -> None:
     wanted: list[tuple[int, str]] = []
     events = spec.get("kvEvents") or {}
     if events.get("enabled"):
-        wanted.append((int(events.get("port", conventions.KV_EVENTS_PORT)), "kvEvents.port"))
+        # One PUB socket per data-parallel rank, on the port + the rank.
+        first = int(events.get("port", conventions.KV_EVENTS_PORT))
+        wanted += [(first + r, "kvEvents.port") for r in range(ranks)]
     if spec.get("disaggregation") is not None:
         first = int(spec["disaggregation"].get("sideChannelPort", conventions.SIDE_CHANNEL_PORT))
         if first + ranks - 1 > 65535:

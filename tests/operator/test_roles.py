@@ -235,3 +235,14 @@ def test_status_of_a_missing_role_and_back_to_aggregated() -> None:
     aggregated = with_deployment(status, deployment(2, 2), "2025-01-01T00:00:00Z")
     assert "roles" not in aggregated
     assert aggregated["gpus"] == 2
+
+
+def test_kv_events_get_a_port_per_rank() -> None:
+    # The simulator (as vLLM) binds rank r's KV-event publisher on the configured port + r.
+    children = render(minimal_spec() | {"kvEvents": {"enabled": True}, "dataParallel": {"size": 3}})
+    ports = [(p["name"], p["containerPort"]) for p in container(children.deployment)["ports"]]
+    assert ports == [("http", 8000), ("kv-events", 5557), ("kv-events-1", 5558), ("kv-events-2", 5559)]
+    # Rank 1's events on 5600: the prefill pods' side channel.
+    spec = pd(kvEvents={"enabled": True, "port": 5599}, dataParallel={"size": 2})
+    with pytest.raises(InvalidSpec, match=r"sideChannelPort 5600 collides with kvEvents\.port"):
+        parse_spec("llama", NAMESPACE, spec)
