@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmsim_operator.conventions import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, SumAtMost, attach
+from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, OnlyWhen, ShorterWhen, SumAtMost, attach
 from llmsim_operator.simulator_schema import Layout, Place, Schema
 
 #: Where the spec takes llmsim's models.yml fields from (paths from a model entry; "/": the document).
@@ -52,6 +52,15 @@ MODELS_FIELDS = (
     Place("kvEvents", "kv_events.enable_kv_cache_events", name="enabled", render=False),
     Place("kvEvents", "kv_events.event_format", render=False),
     Place("tokenizer", "tokenizer.chat_template", render=False),
+    # Disaggregated prefill/decode: the operator adds each role's kv_role and its side-channel host.
+    Place("disaggregation", "kv_transfer.kv_connector", name="connector"),
+    Place("disaggregation", "kv_transfer.abort_request_timeout_s", name="abortRequestTimeoutSeconds"),
+    Place("disaggregation", "kv_transfer.side_channel_port"),
+    Place("disaggregation", "kv_transfer.kv_load_failure_policy"),
+    Place("disaggregation.link", "kv_transfer.bandwidth_gbps", name="bandwidthGbps"),
+    Place("disaggregation.link", "kv_transfer.latency_ms"),
+    Place("dataParallel", "data_parallel.size"),
+    Place("dataParallel", "data_parallel.load_balancing"),
 )
 MODELS = Layout(MODELS_FIELDS)
 
@@ -84,8 +93,42 @@ RULE_DISRUPTION_BUDGET = NotBoth(
 FAULT_RATES = tuple(MODELS.properties("")["faults"]["properties"]["rates"]["properties"])
 # One fault per request (llmsim's FaultRates checks the same).
 RULE_FAULT_RATES = SumAtMost("faults.rates add up to more than 1 (a request gets at most one fault)", FAULT_RATES, 1.0)
+#: The longest role suffix ("-prefill") must still leave a Service name of at most 63 characters.
+ROLE_SUFFIX_LENGTH = len("-prefill")
+RULE_ROLE_NAME = ShorterWhen(
+    f"a disaggregated LLMSimulator's name is at most {NAME_MAX_LENGTH - ROLE_SUFFIX_LENGTH} characters "
+    "(its Services are <name>-prefill and <name>-decode)",
+    "metadata.name",
+    NAME_MAX_LENGTH - ROLE_SUFFIX_LENGTH,
+    "spec.disaggregation",
+)
+# What the pods would refuse at startup (llmsim's ModelConfig): only the scheduler engine has a KV
+# cache to hand over and a GPU to be one rank of.
+RULE_DISAGGREGATION_ENGINE = OnlyWhen(
+    "disaggregation needs engine: scheduler (the other engines have no KV cache to hand over)",
+    "disaggregation",
+    "engine",
+    "scheduler",
+)
+RULE_DATA_PARALLEL_ENGINE = OnlyWhen(
+    "dataParallel.size > 1 needs engine: scheduler (each rank is a simulated GPU)",
+    "dataParallel.size",
+    "engine",
+    "scheduler",
+    above=1,
+)
 #: Every rule (spec.py re-checks them, on clusters without CEL too).
-RULES = (RULE_NAME, RULE_SCHEDULER_MODEL, RULE_HARDWARE, RULE_RESPONSES, RULE_DISRUPTION_BUDGET, RULE_FAULT_RATES)
+RULES = (
+    RULE_NAME,
+    RULE_ROLE_NAME,
+    RULE_SCHEDULER_MODEL,
+    RULE_DISAGGREGATION_ENGINE,
+    RULE_DATA_PARALLEL_ENGINE,
+    RULE_HARDWARE,
+    RULE_RESPONSES,
+    RULE_DISRUPTION_BUDGET,
+    RULE_FAULT_RATES,
+)
 
 
 def _obj(description: str, properties: dict[str, Schema], **extra: Any) -> Schema:
@@ -181,6 +224,42 @@ _TOKENIZER = _obj(
         **MODELS.properties("tokenizer"),
     },
     required=["configMapRef"],
+)
+
+_DISAGGREGATION = _obj(
+    "Disaggregated prefill/decode (vLLM's --kv-transfer-config, llm-d's P/D): a prefill Deployment "
+    "(kv_producer) and a decode Deployment (kv_consumer), each labelled llm-d.ai/role and with its own "
+    "Service <name>-prefill / <name>-decode. spec.replicas (the scale subresource) counts decode pods; "
+    "prefill.replicas counts prefill pods. Needs the scheduler engine.",
+    {
+        **MODELS.properties("disaggregation"),
+        "link": _obj(
+            "The link a KV pull crosses between a prefill and a decode pod.", MODELS.properties("disaggregation.link")
+        ),
+        "prefill": _obj(
+            "The prefill role.",
+            {
+                "replicas": _int(
+                    "Prefill pods (kubectl patch; the scale subresource scales decode).", minimum=0, default=1
+                )
+            },
+            default={},
+        ),
+    },
+)
+
+_DATA_PARALLEL = _obj(
+    "Data-parallel ranks per pod (vLLM's --data-parallel-size): each rank a simulated GPU with its own engine. "
+    "internal: one port (`http`), the server balances ranks; external: rank r listens on container port "
+    "8000 + r, named `http` (rank 0) and `http-<r>`, with a Service port and a ServiceMonitor endpoint each.",
+    MODELS.properties("dataParallel"),
+)
+
+_TLS = _obj(
+    "Serve HTTPS (vLLM's --ssl-certfile/--ssl-keyfile) with the certificate of a kubernetes.io/tls Secret "
+    "(keys tls.crt, tls.key); probes and the ServiceMonitor switch to HTTPS. Restart the pods after renewing it.",
+    {"secretName": _str("A kubernetes.io/tls Secret in the same namespace.", minLength=1)},
+    required=["secretName"],
 )
 
 _LATENCY = _obj(
@@ -341,6 +420,9 @@ SPEC_SCHEMA = _obj(
             "admin-key",
         ),
         "kvEvents": _KV_EVENTS,
+        "disaggregation": _DISAGGREGATION,
+        "dataParallel": _DATA_PARALLEL,
+        "tls": _TLS,
         "tokenizer": _TOKENIZER,
         "responses": _RESPONSES,
         "replicas": _int("Number of simulator pods (the scale subresource's spec path).", minimum=0, default=1),
@@ -358,7 +440,7 @@ SPEC_SCHEMA = _obj(
         "monitoring": _MONITORING,
     },
     required=["model"],
-    **attach(RULE_SCHEDULER_MODEL),
+    **attach(RULE_SCHEDULER_MODEL, RULE_DISAGGREGATION_ENGINE, RULE_DATA_PARALLEL_ENGINE),
 )
 
 _CONDITION = _obj(
@@ -381,10 +463,31 @@ STATUS_SCHEMA = _obj(
             "format": "int64",
             "description": "metadata.generation of the spec last reconciled.",
         },
-        "replicas": _int("Pods of the Deployment (the scale subresource's status path).", minimum=0),
-        "readyReplicas": _int("Pods passing their readiness probe (/health).", minimum=0),
+        "replicas": _int(
+            "Pods of the Deployment spec.replicas drives (decode when disaggregated; the scale subresource's "
+            "status path).",
+            minimum=0,
+        ),
+        "readyReplicas": _int("Those pods passing their readiness probe (/health).", minimum=0),
         "ready": _str("readyReplicas/desired replicas, for kubectl get."),
-        "selector": _str("Label selector of the pods (the scale subresource's selector, used by HPAs)."),
+        "selector": _str(
+            "Label selector of those pods (the scale subresource's selector, used by HPAs; decode pods when "
+            "disaggregated)."
+        ),
+        "roles": {
+            "type": "object",
+            "description": "A disaggregated fleet's roles (prefill, decode): each one's pods, ready pods and Service.",
+            "additionalProperties": _obj(
+                "One role's Deployment and Service.",
+                {
+                    "replicas": _int("Pods of the role's Deployment.", minimum=0),
+                    "readyReplicas": _int("Ready pods of the role.", minimum=0),
+                    "ready": _str("readyReplicas/desired replicas."),
+                    "endpoint": _str("In-cluster base URL of the role's Service."),
+                },
+            ),
+        },
+        "gpus": _int("Simulated GPUs: pods x dataParallel.size, over every role.", minimum=0),
         "kvCacheBlocks": _int(
             "KV-cache capacity in blocks: floor((hbm x gpuMemoryUtilization - weights) / (kvBytesPerToken x blockSize)).",
             minimum=0,
@@ -406,6 +509,14 @@ PRINTER_COLUMNS = [
     {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.profile", "description": "GPU profile."},
     {"name": "Engine", "type": "string", "jsonPath": ".spec.engine", "description": "Timing engine."},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Ready/desired replicas."},
+    {
+        "name": "Prefill",
+        "type": "string",
+        "jsonPath": ".status.roles.prefill.ready",
+        "description": "Ready/desired prefill pods (disaggregated; Ready counts decode pods then).",
+        "priority": 1,
+    },
+    {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus", "description": "Simulated GPUs.", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -419,7 +530,7 @@ ROOT_SCHEMA = _obj(
         "status": STATUS_SCHEMA,
     },
     required=["spec"],
-    **attach(RULE_NAME),
+    **attach(RULE_NAME, RULE_ROLE_NAME),
 )
 
 

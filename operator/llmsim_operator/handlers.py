@@ -40,6 +40,8 @@ from llmsim_operator.reconciler import (
     child_drifted,
     child_view,
     controller_name,
+    known_fleet,
+    known_key,
     reconcile,
     refresh_status,
 )
@@ -100,12 +102,12 @@ def _one(index: Mapping[Key, Any], key: Key) -> Any:
 
 
 def known_children(indexes: Mapping[str, Any], namespace: str, name: str) -> dict[str, ChildView]:
-    """The children of ``namespace/name`` that the watches know exist, by kind."""
+    """The children of ``namespace/name`` that the watches know exist, by kind (and name: :func:`known_key`)."""
     known: dict[str, ChildView] = {}
     for _, index_id in CHILDREN:
         index = indexes.get(index_id)
         for view in (index.get((namespace, name)) or ()) if index is not None else ():
-            known[view.kind] = view
+            known[known_key(view.kind, view.name)] = view
     return known
 
 
@@ -264,7 +266,9 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
             if await child_drifted(kube, parent, body, reconcile_options):
                 await reconcile_from_index(kube, parent, kwargs, frozenset({view.kind}), f"{view.kind} changed")
             elif view.kind == "Deployment":
-                await refresh_status(kube, namespace, owner, view.summary, reconcile_options, current=parent)
+                # Every role's Deployment, as the watches know them (a disaggregated fleet has two).
+                fleet = known_fleet(owner, parent.get("spec") or {}, known_children(kwargs, namespace, owner))
+                await refresh_status(kube, namespace, owner, fleet, reconcile_options, current=parent)
         except (ReconcileError, ApiError) as exc:
             logger.warning("cannot follow %s %s/%s: %s", view.kind, namespace, view.name, exc)
 

@@ -25,8 +25,18 @@ RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], ...]
     # Server-side apply is a PATCH, but creating an absent object that way is also authorized as create.
     # Children are watched (list, watch): a deleted or edited one is repaired on its event, no polling.
     (("",), ("configmaps",), ("get", "list", "watch", "create", "patch"), "apply and watch the config; responses refs"),
-    (("",), ("services",), ("list", "watch", "create", "patch"), "apply and watch the Service"),
-    (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch"), "apply; status from the watch"),
+    (
+        ("",),
+        ("services",),
+        ("list", "watch", "create", "patch", "delete"),
+        "apply and watch the Services; delete the other form's (aggregated, prefill/decode)",
+    ),
+    (
+        ("apps",),
+        ("deployments",),
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "apply; status from the watch; delete the other form's",
+    ),
     (
         ("monitoring.coreos.com",),
         ("servicemonitors",),

@@ -23,7 +23,7 @@ from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
 from llmsim_operator.render import Children, Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
-from llmsim_operator.status import Reconciled, reconciled_status, with_deployment
+from llmsim_operator.status import Fleet, Reconciled, reconciled_status, with_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +96,16 @@ class ChildView:
     summary: Object | None = None
 
 
-#: The children the operator knows exist, by kind; None where nothing is known (then every child is applied).
+#: The children the operator knows exist, by :func:`known_key`; None where nothing is known (then every
+#: child is applied).
 Known = Mapping[str, ChildView]
+#: Kinds an LLMSimulator may have several of: known by kind and name (a Deployment and Service per role).
+_MANY = frozenset({"Deployment", "Service"})
+
+
+def known_key(kind: str, name: str) -> str:
+    """The key of a child in :data:`Known`: its kind, or kind/name for kinds it may have several of."""
+    return f"{kind}/{name}" if kind in _MANY else kind
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
@@ -247,9 +255,10 @@ async def reconcile(
     except InvalidSpec as exc:
         reason = "ResponsesNotFound" if isinstance(exc, _MissingResponses) else "InvalidSpec"
         outcome.problem = (reason, str(exc))
-        deployment = await _deployment(kube, namespace, name, known)
-        result = Reconciled(generation, c.selector_string(name), False, None, None, None, outcome.problem)
-        await _write(kube, body, result, deployment, options.now(), outcome)
+        spec = body.get("spec") or {}
+        fleet = await _fleet(kube, namespace, name, spec, known)
+        result = Reconciled(generation, _selector(name, spec), False, None, None, None, outcome.problem)
+        await _write(kube, body, result, fleet, options.now(), outcome)
         return outcome
 
     uid = str(meta["uid"])
@@ -258,10 +267,16 @@ async def reconcile(
     sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
         await sync.apply(children.config_map)
-        deployment = await sync.apply(children.deployment)
-        if deployment is None:
-            deployment = await _deployment(kube, namespace, name, known)
-        await sync.apply(children.service)
+        applied = {m["metadata"]["name"]: await sync.apply(m) for m in children.deployments}
+        for manifest in children.services:
+            await sync.apply(manifest)
+        # A switch between the aggregated and the disaggregated form leaves the other form's children.
+        for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
+            for stale in _role_names(name):
+                # Their watches run from the start, so what is not known does not exist (no read).
+                if children.named(kind, stale) is None and (known is None or known_key(kind, stale) in known):
+                    await sync.delete_owned(api_version, kind, namespace, stale, uid)
+        fleet = await _fleet(kube, namespace, name, sim.spec, known, applied)
         warning = await _sync_service_monitor(sync, sim, children.service_monitor, uid)
         if warning:
             outcome.warnings.append(warning)
@@ -271,30 +286,45 @@ async def reconcile(
             # The namespace is going away with everything in it: nothing to repair, nothing to report.
             return outcome
         problem = ("ApplyFailed", str(exc))
-        result = Reconciled(generation, c.selector_string(name), False, None, None, None, problem)
+        result = Reconciled(generation, _selector(name, sim.spec), False, None, None, None, problem)
         try:
-            await _write(kube, body, result, await _get_deployment(kube, namespace, name), options.now(), outcome)
+            fleet = await _fleet(kube, namespace, name, sim.spec, None)
+            await _write(kube, body, result, fleet, options.now(), outcome)
         except ApiError as status_exc:
             logger.warning("cannot record the failure in %s/%s status: %s", namespace, name, status_exc)
         raise ReconcileError(str(exc)) from exc
 
+    disaggregated = sim.roles != (c.AGGREGATED,)
     result = Reconciled(
         generation=generation,
-        selector=c.selector_string(name),
+        selector=_selector(name, sim.spec),
         rendered=True,
-        endpoint=endpoint(sim),
+        # A disaggregated fleet has no Service over both roles: each role's URL is in status.roles.
+        endpoint=None if disaggregated else endpoint(sim),
         kv_cache_blocks=sim.kv_cache_blocks,
         config_hash=children.config_hash,
         problem=None,
+        role_endpoints={r: endpoint(sim, r) for r in sim.roles} if disaggregated else {},
     )
-    await _write(kube, body, result, deployment, options.now(), outcome)
+    await _write(kube, body, result, fleet, options.now(), outcome)
     return outcome
 
 
+def _selector(name: str, spec: Mapping[str, Any]) -> str:
+    """status.selector: the pods spec.replicas counts (the scale subresource's; decode when disaggregated)."""
+    return c.selector_string(name, c.scaled_role(spec))
+
+
+def _role_names(name: str) -> list[str]:
+    """Every Deployment and Service name either form of an LLMSimulator may have had."""
+    return [c.role_name(name, role) for role in (c.AGGREGATED, *c.DISAGGREGATED_ROLES)]
+
+
 async def desired_child(
-    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options
+    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options, name: str = ""
 ) -> Object | None:
-    """The stamped manifest of the ``kind`` child of LLMSimulator ``body``, as a reconcile would apply it.
+    """The stamped manifest of the ``kind`` child ``name`` (default: the scaled role's, or the only one) of
+    LLMSimulator ``body``, as a reconcile would apply it.
 
     None when the spec does not render (the reconcile reports that) or does not want that child.
     """
@@ -304,22 +334,23 @@ async def desired_child(
     except InvalidSpec:
         return None
     children = _render(body, sim, responses, options.image)
-    manifest = {
-        "ConfigMap": children.config_map,
-        "Deployment": children.deployment,
-        "Service": children.service,
-        "ServiceMonitor": children.service_monitor,
-        "PodDisruptionBudget": children.pod_disruption_budget,
-    }.get(kind)
+    if not name:
+        one = {"Deployment": children.deployment, "Service": children.service}.get(kind)
+        name = one["metadata"]["name"] if one is not None else sim.name
+    if kind == "ConfigMap":
+        name = c.configmap_name(sim.name)
+    manifest = children.named(kind, name)
     return stamped({**manifest, "apiVersion": api_version}) if manifest is not None else None
 
 
 async def child_drifted(kube: KubeApi, body: Mapping[str, Any], live: Mapping[str, Any], options: Options) -> bool:
     """Whether the child ``live`` of LLMSimulator ``body`` lost (or never had) what the operator applies."""
-    desired = await desired_child(kube, body, str(live.get("kind")), str(live.get("apiVersion")), options)
+    kind, name = str(live.get("kind")), str((live.get("metadata") or {}).get("name"))
+    desired = await desired_child(kube, body, kind, str(live.get("apiVersion")), options, name)
     if desired is None:
-        # Not wanted (a ServiceMonitor or budget the spec dropped) or not renderable: a reconcile decides.
-        return live.get("kind") in ("ServiceMonitor", "PodDisruptionBudget")
+        # Not wanted (a ServiceMonitor or budget the spec dropped, the other form's Deployment or Service)
+        # or not renderable: a reconcile decides.
+        return kind in ("ServiceMonitor", "PodDisruptionBudget", "Deployment", "Service")
     return not covers(desired, live)
 
 
@@ -332,14 +363,14 @@ class _Sync:
         self.kube, self.known, self.force, self.outcome = kube, known, force, outcome
         self.confirm_absent = confirm_absent
 
-    def view(self, kind: str) -> ChildView | None:
-        return self.known.get(kind) if self.known is not None else None
+    def view(self, kind: str, name: str = "") -> ChildView | None:
+        return self.known.get(known_key(kind, name)) if self.known is not None else None
 
     async def apply(self, manifest: Object) -> Object | None:
         """Apply ``manifest`` unless the known child already carries its hash; the applied object, or None."""
         manifest = stamped(manifest)
         kind = manifest["kind"]
-        view = self.view(kind)
+        view = self.view(kind, manifest["metadata"]["name"])
         if (
             self.known is not None
             and kind not in self.force
@@ -357,7 +388,7 @@ class _Sync:
 
     async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
         """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
-        view = self.view(kind)
+        view = self.view(kind, name)
         if self.known is not None and (view is not None or not self.confirm_absent):
             if view is None or view.owner_uid != owner_uid:
                 return
@@ -375,17 +406,19 @@ async def refresh_status(
     kube: KubeApi,
     namespace: str,
     name: str,
-    deployment: Object | None,
+    deployments: Fleet | Object | None,
     options: Options,
     current: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Recompute the Deployment-derived status fields of ``namespace/name`` (None if it is gone).
 
+    ``deployments``: every role's Deployment (:func:`known_fleet`), or an aggregated fleet's one.
     ``current``: the LLMSimulator as last seen, if known; then an unchanged status costs no API call.
     """
     now = options.now()
+    fleet = Fleet.of(deployments)
     status, _ = await write_status(
-        kube, namespace, name, lambda previous: with_deployment(previous, deployment, now), current
+        kube, namespace, name, lambda previous: with_deployment(previous, fleet, now), current
     )
     return status
 
@@ -425,29 +458,56 @@ async def write_status(
 
 
 async def _write(
-    kube: KubeApi, body: Mapping[str, Any], result: Reconciled, deployment: Object | None, now: str, outcome: Outcome
+    kube: KubeApi, body: Mapping[str, Any], result: Reconciled, fleet: Fleet, now: str, outcome: Outcome
 ) -> None:
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
     current = body if meta.get("resourceVersion") else None
-    seen = [deployment]
+    seen = [fleet]
 
     async def reread() -> None:
-        # Someone else wrote the status meanwhile, maybe from a newer Deployment than ours: read it
+        # Someone else wrote the status meanwhile, maybe from a newer Deployment than ours: read them
         # again, or this write would take the Deployment-derived fields back to an older state.
-        seen[0] = await _get_deployment(kube, namespace, name)
+        seen[0] = await _fleet(kube, namespace, name, body.get("spec") or {}, None)
 
     outcome.status, outcome.status_written = await write_status(
         kube, namespace, name, lambda previous: reconciled_status(previous, result, seen[0], now), current, reread
     )
 
 
-async def _deployment(kube: KubeApi, namespace: str, name: str, known: Known | None) -> Object | None:
-    """The Deployment as the status needs it: from the watch when known, else read."""
-    if known is None:
-        return await _get_deployment(kube, namespace, name)
-    view = known.get("Deployment")
-    return view.summary if view is not None else None
+async def _fleet(
+    kube: KubeApi,
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    known: Known | None,
+    applied: Mapping[str, Object | None] | None = None,
+) -> Fleet:
+    """Each role's Deployment as the status needs it: just applied, else from the watch when known, else read."""
+    if known is not None:
+        return known_fleet(name, spec, known, applied)
+    deployments: list[tuple[str, Object | None]] = []
+    for role in c.roles(spec):
+        child = c.role_name(name, role)
+        deployment = (applied or {}).get(child) or await _get_deployment(kube, namespace, child)
+        deployments.append((role, deployment))
+    return Fleet(tuple(deployments), gpus_per_pod=_gpus_per_pod(spec))
+
+
+def known_fleet(
+    name: str, spec: Mapping[str, Any], known: Known, applied: Mapping[str, Object | None] | None = None
+) -> Fleet:
+    """Each role's Deployment of LLMSimulator ``name``: just applied, else as the watches know it (None: missing)."""
+    deployments: list[tuple[str, Object | None]] = []
+    for role in c.roles(spec):
+        child = c.role_name(name, role)
+        view = known.get(known_key("Deployment", child))
+        deployments.append((role, (applied or {}).get(child) or (view.summary if view is not None else None)))
+    return Fleet(tuple(deployments), gpus_per_pod=_gpus_per_pod(spec))
+
+
+def _gpus_per_pod(spec: Mapping[str, Any]) -> int:
+    return int((spec.get("dataParallel") or {}).get("size") or 1)
 
 
 async def _get_deployment(kube: KubeApi, namespace: str, name: str) -> Object | None:

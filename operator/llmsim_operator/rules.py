@@ -119,6 +119,48 @@ class Matches(Rule):
         return bool(re.search(self.pattern, str(value))) and len(str(value)) <= self.max_length
 
 
+def _has_cel(path: str) -> str:
+    """CEL's presence test of a nested path, one level at a time (``has(self.a.b)`` fails when ``a`` is absent)."""
+    keys = path.split(".")
+    return " && ".join(f"has(self.{'.'.join(keys[: i + 1])})" for i in range(len(keys)))
+
+
+@dataclass(frozen=True, slots=True)
+class OnlyWhen(Rule):
+    """A field set (and, with ``above``, greater than it) needs another field to have a given value."""
+
+    field: str
+    other: str
+    value: str
+    above: int | None = None
+
+    def cel(self) -> str:
+        limit = f" || self.{self.field} <= {self.above}" if self.above is not None else ""
+        return f"!({_has_cel(self.field)}){limit} || self.{self.other} == '{self.value}'"
+
+    def holds(self, obj: Mapping[str, Any]) -> bool:
+        if not _has(obj, self.field):
+            return True
+        if self.above is not None and int(_get(obj, self.field)) <= self.above:
+            return True
+        return _has(obj, self.other) and _get(obj, self.other) == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ShorterWhen(Rule):
+    """A string field is at most ``max_length`` long while another field is set."""
+
+    field: str
+    max_length: int
+    when: str
+
+    def cel(self) -> str:
+        return f"!({_has_cel(self.when)}) || size(self.{self.field}) <= {self.max_length}"
+
+    def holds(self, obj: Mapping[str, Any]) -> bool:
+        return not _has(obj, self.when) or len(str(_get(obj, self.field))) <= self.max_length
+
+
 def attach(*rules: Rule) -> dict[str, Any]:
     """Schema keys that attach ``rules`` to a node."""
     return {"x-kubernetes-validations": [r.validation() for r in rules]}

@@ -13,25 +13,32 @@ from typing import Any
 import yaml
 
 from llmsim_operator.conventions import (
+    AGGREGATED,
+    DECODE,
     KV_EVENTS_PORT,
     KV_EVENTS_TOPIC,
-    MODELS_KEY,
+    PREFILL,
     RESPONSES_KEY,
+    SIDE_CHANNEL_PORT,
     TOKENIZER_DIR,
     TOKENIZER_FILE,
+    models_key,
 )
 from llmsim_operator.crd import MODELS
 from llmsim_operator.simulator_schema import OMIT
 from llmsim_operator.spec import SimulatorSpec
 
+#: vLLM's kv_role of each role's pods.
+KV_ROLES = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 
-def models_document(sim: SimulatorSpec) -> dict[str, Any]:
-    """models.yml as a Python structure.
+
+def models_document(sim: SimulatorSpec, role: str = AGGREGATED) -> dict[str, Any]:
+    """models.yml (of one role of a disaggregated fleet) as a Python structure.
 
     Every spec field bound to a models.yml field (:data:`.crd.MODELS_FIELDS`) is copied to its
     place unless it equals llmsim's default (the file says what differs); what follows is what
-    the operator decides: the hardware entry, which sections llmsim may see, and the KV-events
-    and tokenizer sections.
+    the operator decides: the hardware entry, which sections llmsim may see, the KV-events
+    and tokenizer sections, and a role's part in the KV hand-over.
     """
     doc: dict[str, Any] = {"version": 1}
     # The first keys a reader looks for, first (the loop below sets name and engine again).
@@ -49,6 +56,10 @@ def models_document(sim: SimulatorSpec) -> dict[str, Any]:
     if sim.engine == "fixed":
         entry.setdefault("latency", {})
     entry.update(_routing(sim))
+    # The link and connector fields are the roles' alone: an aggregated fleet hands no KV over.
+    rendered_transfer = entry.pop("kv_transfer", None) or {}
+    if role:
+        entry["kv_transfer"] = _kv_transfer(rendered_transfer, role)
     if sim.custom_hardware:
         hw = sim.hardware
         doc["hardware"] = {
@@ -98,20 +109,39 @@ def _routing(sim: SimulatorSpec) -> dict[str, Any]:
     return out
 
 
+def _kv_transfer(rendered: dict[str, Any], role: str) -> dict[str, Any]:
+    """models.yml's kv_transfer of one role: the spec's link and connector fields, plus the role's own."""
+    out: dict[str, Any] = {"kv_role": KV_ROLES[role], **rendered}
+    if role == PREFILL:
+        # Decode pods pull from the address the prefill answer names: the pod's own IP (env POD_IP,
+        # the same fill-in as the KV-events topic), not llmsim's default "localhost".
+        out["side_channel_host"] = "{pod_ip}"
+    return out
+
+
+def side_channel_ports(sim: SimulatorSpec, role: str) -> list[int]:
+    """Container ports of a prefill pod's side channel, one per data-parallel rank (vLLM: base + rank)."""
+    if role != PREFILL:
+        return []
+    first = int(sim.section("disaggregation").get("sideChannelPort", SIDE_CHANNEL_PORT))
+    return [first + r for r in range(sim.data_parallel_size)]
+
+
 def kv_events_port(sim: SimulatorSpec) -> int | None:
     """The container port of the KV-events PUB socket, None when events are off."""
     events = sim.section("kvEvents")
     return int(events.get("port", KV_EVENTS_PORT)) if events.get("enabled") else None
 
 
-def models_yaml(sim: SimulatorSpec) -> str:
-    header = f"# Rendered by llmsim-operator from LLMSimulator {sim.namespace}/{sim.name}; edits are overwritten.\n"
-    return header + yaml.safe_dump(models_document(sim), sort_keys=False, default_flow_style=False)
+def models_yaml(sim: SimulatorSpec, role: str = AGGREGATED) -> str:
+    of = f" ({role} role)" if role else ""
+    header = f"# Rendered by llmsim-operator from LLMSimulator {sim.namespace}/{sim.name}{of}; edits are overwritten.\n"
+    return header + yaml.safe_dump(models_document(sim, role), sort_keys=False, default_flow_style=False)
 
 
 def config_data(sim: SimulatorSpec, responses: str | None) -> dict[str, str]:
-    """The ConfigMap's data: models.yml, and responses.yml when the spec gives one."""
-    data = {MODELS_KEY: models_yaml(sim)}
+    """The ConfigMap's data: models.yml (one per role when disaggregated), and responses.yml when the spec gives one."""
+    data = {models_key(role): models_yaml(sim, role) for role in sim.roles}
     if responses is not None:
         data[RESPONSES_KEY] = responses
     return data

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llmsim_capacity
-from llmsim_operator import crd
+from llmsim_operator import conventions, crd
 from llmsim_operator.defaulting import apply_defaults
 from llmsim_operator.profiles import Hardware, builtin_hardware, builtin_models
 from llmsim_operator.rules import broken_rule
@@ -57,6 +57,21 @@ class SimulatorSpec:
         model: dict[str, Any] = self.spec["model"]
         return model
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Each role's own Deployment: (prefill, decode), or (AGGREGATED,)."""
+        return conventions.roles(self.spec)
+
+    @property
+    def data_parallel_size(self) -> int:
+        return int(self.section("dataParallel").get("size", 1))
+
+    @property
+    def rank_ports(self) -> int:
+        """Ports the API listens on: one per rank under external load balancing, else one."""
+        external = self.section("dataParallel").get("loadBalancing") == "external"
+        return self.data_parallel_size if external else 1
+
     def section(self, key: str) -> dict[str, Any]:
         """A defaulted sub-object of the spec ({} when absent and without a default)."""
         value: dict[str, Any] = self.spec.get(key) or {}
@@ -71,7 +86,10 @@ def resolve_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> Simulato
     model: dict[str, Any] | None = full.get("model")
     if not isinstance(model, dict) or not model.get("name"):
         raise InvalidSpec("model.name is required")
+    if not crd.RULE_ROLE_NAME.holds({"metadata": {"name": name}, "spec": full}):
+        raise InvalidSpec(crd.RULE_ROLE_NAME.message)
     _check_rules(full)
+    _check_ports(full)
     hardware_name, hardware, custom = _resolve_hardware(full["hardware"])
     blocks, context_length, problem = _capacity(full, hardware, hardware_name)
     return SimulatorSpec(
@@ -104,6 +122,32 @@ def _check_rules(spec: dict[str, Any]) -> None:
     if "profile" in model and model["profile"] not in builtin_models():
         known = ", ".join(sorted(builtin_models()))
         raise InvalidSpec(f"unknown model profile '{model['profile']}' (built-in: {known})")
+
+
+def _check_ports(spec: dict[str, Any]) -> None:
+    """Container ports that would collide in the pod (the second bind would fail at startup)."""
+    dp = spec.get("dataParallel") or {}
+    ranks = int(dp.get("size", 1))
+    api_ports = ranks if dp.get("loadBalancing") == "external" else 1
+    used: dict[int, str] = {conventions.CONTAINER_PORT + r: "the API" for r in range(api_ports)}
+    wanted: list[tuple[int, str]] = []
+    events = spec.get("kvEvents") or {}
+    if events.get("enabled"):
+        # One PUB socket per data-parallel rank, on the port + the rank.
+        first = int(events.get("port", conventions.KV_EVENTS_PORT))
+        wanted += [(first + r, "kvEvents.port") for r in range(ranks)]
+    if spec.get("disaggregation") is not None:
+        first = int(spec["disaggregation"].get("sideChannelPort", conventions.SIDE_CHANNEL_PORT))
+        if first + ranks - 1 > 65535:
+            raise InvalidSpec(f"disaggregation.sideChannelPort + dataParallel.size - 1 exceeds 65535 ({first})")
+        wanted += [(first + r, "disaggregation.sideChannelPort") for r in range(ranks)]
+    for port, owner in wanted:
+        if port in used:
+            raise InvalidSpec(f"{owner} {port} collides with {used[port]}'s port {port} in the pod")
+        used[port] = owner
+    service_port = int((spec.get("service") or {}).get("port", conventions.CONTAINER_PORT))
+    if service_port + api_ports - 1 > 65535:
+        raise InvalidSpec(f"service.port + dataParallel.size - 1 exceeds 65535 ({service_port})")
 
 
 def _resolve_hardware(hw: dict[str, Any]) -> tuple[str, Hardware, bool]:

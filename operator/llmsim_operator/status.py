@@ -7,7 +7,8 @@ last reconcile left them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 READY = "Ready"
@@ -25,6 +26,21 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class Fleet:
+    """Each role's Deployment (None: missing), in the order of conventions.roles: the last is the one
+    spec.replicas drives. An aggregated fleet is one role, ""."""
+
+    deployments: tuple[tuple[str, dict[str, Any] | None], ...]
+    # dataParallel.size: simulated GPUs per pod.
+    gpus_per_pod: int = 1
+
+    @classmethod
+    def of(cls, deployment: Fleet | dict[str, Any] | None) -> Fleet:
+        """``deployment`` as a fleet: an aggregated fleet's one Deployment, or a fleet as is."""
+        return deployment if isinstance(deployment, Fleet) else cls((("", deployment),))
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciled:
     """What one reconcile established (the fields the Deployment does not tell)."""
 
@@ -37,6 +53,8 @@ class Reconciled:
     config_hash: str | None
     # None: everything applied. Else Degraded=True with this reason and message.
     problem: tuple[str, str] | None
+    # A disaggregated fleet's Service URL per role (empty when aggregated, or not rendered).
+    role_endpoints: Mapping[str, str] = field(default_factory=dict)
 
 
 def _merge_condition(previous: list[dict[str, Any]], new: Condition, now: str) -> dict[str, Any]:
@@ -95,22 +113,59 @@ def deployment_conditions(deployment: dict[str, Any] | None) -> tuple[Condition,
     return ready_cond, progressing
 
 
-def with_deployment(previous: dict[str, Any], deployment: dict[str, Any] | None, now: str) -> dict[str, Any]:
-    """``previous`` status with the Deployment-derived fields recomputed."""
+def _counts(deployment: dict[str, Any] | None) -> dict[str, Any]:
     spec = (deployment or {}).get("spec") or {}
     status = (deployment or {}).get("status") or {}
     desired = int(spec.get("replicas", 1)) if deployment is not None else 0
     ready = int(status.get("readyReplicas") or 0)
+    return {"replicas": int(status.get("replicas") or 0), "readyReplicas": ready, "ready": f"{ready}/{desired}"}
+
+
+def fleet_conditions(fleet: Fleet) -> tuple[Condition, Condition]:
+    """Ready when every role is; Progressing as the role that is furthest from done (a stalled rollout first)."""
+    per_role = [(role, deployment_conditions(d)) for role, d in fleet.deployments]
+    if len(per_role) == 1:
+        return per_role[0][1]
+
+    def named(role: str, cond: Condition) -> Condition:
+        return Condition(cond.type, cond.status, cond.reason, f"{role}: {cond.message}")
+
+    not_ready = [named(role, ready) for role, (ready, _) in per_role if not ready.status]
+    ready_cond = (
+        not_ready[0]
+        if not_ready
+        else Condition(READY, True, "ReplicasReady", ", ".join(named(role, r).message for role, (r, _) in per_role))
+    )
+    stalled = [named(role, p) for role, (_, p) in per_role if p.reason == "ProgressDeadlineExceeded"]
+    moving = [named(role, p) for role, (_, p) in per_role if p.status]
+    done = Condition(
+        PROGRESSING, False, "RolloutComplete", ", ".join(named(role, p).message for role, (_, p) in per_role)
+    )
+    return ready_cond, (stalled or moving or [done])[0]
+
+
+def with_deployment(previous: dict[str, Any], deployment: Fleet | dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """``previous`` status with the Deployment-derived fields recomputed (every role's, for a fleet)."""
+    fleet = Fleet.of(deployment)
     out = dict(previous)
-    out["replicas"] = int(status.get("replicas") or 0)
-    out["readyReplicas"] = ready
-    out["ready"] = f"{ready}/{desired}"
-    out["conditions"] = _set_conditions(previous.get("conditions") or [], list(deployment_conditions(deployment)), now)
+    # The top-level counts are the scale subresource's: the role spec.replicas drives.
+    out.update(_counts(fleet.deployments[-1][1]))
+    if len(fleet.deployments) > 1:
+        old_roles = previous.get("roles") or {}
+        out["roles"] = {
+            role: {**{k: v for k, v in (old_roles.get(role) or {}).items() if k == "endpoint"}, **_counts(d)}
+            for role, d in fleet.deployments
+        }
+    else:
+        out.pop("roles", None)
+    pods = sum(int(((d or {}).get("status") or {}).get("replicas") or 0) for _, d in fleet.deployments)
+    out["gpus"] = pods * fleet.gpus_per_pod
+    out["conditions"] = _set_conditions(previous.get("conditions") or [], list(fleet_conditions(fleet)), now)
     return out
 
 
 def reconciled_status(
-    previous: dict[str, Any], result: Reconciled, deployment: dict[str, Any] | None, now: str
+    previous: dict[str, Any], result: Reconciled, deployment: Fleet | dict[str, Any] | None, now: str
 ) -> dict[str, Any]:
     """The whole status after a reconcile."""
     out: dict[str, Any] = {"observedGeneration": result.generation, "selector": result.selector}
@@ -125,4 +180,8 @@ def reconciled_status(
     else:
         degraded = Condition(DEGRADED, True, *result.problem)
     out["conditions"] = _set_conditions(previous.get("conditions") or [], [degraded], now)
+    if result.rendered and result.role_endpoints:
+        out["roles"] = {role: {"endpoint": url} for role, url in result.role_endpoints.items()}
+    elif "roles" in previous:
+        out["roles"] = previous["roles"]
     return with_deployment(out, deployment, now)

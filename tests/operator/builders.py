@@ -82,3 +82,20 @@ def simulator(name: str = "llama", spec: dict[str, Any] | None = None, generatio
         },
         "spec": copy.deepcopy(spec if spec is not None else minimal_spec()),
     }
+
+
+def disaggregated_spec() -> dict[str, Any]:
+    """A P/D fleet with two data-parallel ranks per pod behind external load balancing, over TLS."""
+    return {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "profile": "llama-3.1-8b"},
+        "replicas": 3,
+        "disaggregation": {
+            "prefill": {"replicas": 2},
+            "link": {"bandwidthGbps": 25, "latencyMs": 1},
+            "abortRequestTimeoutSeconds": 60,
+        },
+        "dataParallel": {"size": 2, "loadBalancing": "external"},
+        "tls": {"secretName": "llama-tls"},
+        "monitoring": {"serviceMonitor": {"enabled": True}},
+        "podDisruptionBudget": {"enabled": True},
+    }

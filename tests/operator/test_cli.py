@@ -66,11 +66,12 @@ def test_run_without_the_extra_says_which_extra_in_one_line() -> None:
 
 
 def test_default_crd_keeps_every_cel_rule() -> None:
-    # crd.RULES: name, scheduler model, hardware, responses, fault rates, disruption budget.
-    assert cel_rules(custom_resource_definition()) == 6
+    # crd.RULES: name, name of a disaggregated fleet, scheduler model, disaggregation and data-parallel
+    # engine, hardware, responses, fault rates, disruption budget.
+    assert cel_rules(custom_resource_definition()) == 9
 
 
-@pytest.mark.parametrize(("version", "kept"), [("1.20", 0), ("v1.24.9", 0), ("1.25", 6), ("1.31.2-gke.100", 6)])
+@pytest.mark.parametrize(("version", "kept"), [("1.20", 0), ("v1.24.9", 0), ("1.25", 9), ("1.31.2-gke.100", 9)])
 def test_kube_version_leaves_out_cel_rules_before_1_25(
     capsys: pytest.CaptureFixture[str], version: str, kept: int
 ) -> None:

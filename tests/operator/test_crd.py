@@ -78,8 +78,12 @@ def test_names_and_subresources() -> None:
         ("Hardware", ".spec.hardware.profile"),
         ("Engine", ".spec.engine"),
         ("Ready", ".status.ready"),
+        ("Prefill", ".status.roles.prefill.ready"),
+        ("GPUs", ".status.gpus"),
         ("Age", ".metadata.creationTimestamp"),
     ]
+    # Disaggregation and data parallelism in `kubectl get -o wide` only.
+    assert [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority")] == ["Prefill", "GPUs"]
 
 
 def test_schema_is_structural_and_documented() -> None:
@@ -110,7 +114,7 @@ def test_every_cel_rule_is_a_declared_rule_with_its_python_twin() -> None:
         for r in node.get("x-kubernetes-validations", [])
     ]
     assert sorted(cel) == sorted(rule.cel() for rule in crd.RULES)
-    assert len(crd.RULES) == 6
+    assert len(crd.RULES) == 9
     assert {r.message for r in crd.RULES} == {
         r["message"]
         for _, node in schema_nodes(version()["schema"]["openAPIV3Schema"])
@@ -206,12 +210,13 @@ NOT_IN_THE_CRD = {
     "kv_events.hwm": "not exposed yet",
     "embeddings": "not exposed yet",
     "aliases": "not exposed yet (the vLLM form's --served-model-name sets it)",
-    "kv_transfer": "not exposed yet",
-    "data_parallel": "not exposed yet",
     "tensor_parallel_size": "not exposed yet: the operator's pods and capacity are one GPU each",
     "pipeline_parallel_size": "only 1 is simulated",
     "architecture": "comes with the built-in profile; needed only by tensor_parallel_size",
     "weights.active_parameters_billions": "comes with the built-in profile (mixture of experts)",
+    "kv_transfer.kv_role": "the operator sets each role's (spec.disaggregation: prefill, decode)",
+    "kv_transfer.side_channel_host": "the operator names each prefill pod's IP ({pod_ip})",
+    "data_parallel.rank": "a pod serves every rank (no pod per rank)",
 }
 
 

@@ -729,3 +729,108 @@ def test_a_fault_rate_above_one_is_rejected_by_the_schema(dyn: Any, namespace: s
     with pytest.raises(ApiException) as info:
         create(dyn, namespace, "bad", {"model": {"name": "m"}, "faults": {"rates": {"crash": 1.5}}})
     assert info.value.status == 422
+
+
+PD = MINIMAL | {"replicas": 2, "disaggregation": {"prefill": {"replicas": 1}}, "dataParallel": {"size": 2}}
+
+
+def _mark_ready(dyn: Any, namespace: str, selector: str, count: int) -> None:
+    """Play kubelet for ``count`` pods matching ``selector``."""
+    for pod in wait_for_pods(dyn, namespace, selector, count):
+        ready = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        merge_patch(dyn, "v1", "Pod", namespace, pod, ready, subresource="status")
+
+
+def test_a_disaggregated_fleet_has_a_deployment_service_and_status_per_role(dyn: Any, namespace: str) -> None:
+    sim = create(dyn, namespace, "pd", PD)
+    uid = sim["metadata"]["uid"]
+
+    def owned(o: dict[str, Any] | None) -> bool:
+        return o is not None and any(r["uid"] == uid for r in o["metadata"].get("ownerReferences", []))
+
+    for role, replicas in (("prefill", 1), ("decode", 2)):
+        dep = wait_for(dyn, "apps/v1", "Deployment", namespace, f"pd-{role}", owned, f"the {role} Deployment")
+        assert dep is not None
+        assert dep["spec"]["replicas"] == replicas
+        assert dep["spec"]["template"]["metadata"]["labels"]["llm-d.ai/role"] == role
+        svc = wait_for(dyn, "v1", "Service", namespace, f"pd-{role}", owned, f"the {role} Service")
+        assert svc is not None
+        assert svc["spec"]["selector"]["llm-d.ai/role"] == role
+    cm = wait_for(dyn, "v1", "ConfigMap", namespace, "pd-config", owned, "the ConfigMap")
+    assert cm is not None
+    assert yaml.safe_load(cm["data"]["models-prefill.yml"])["models"][0]["kv_transfer"]["kv_role"] == "kv_producer"
+    assert yaml.safe_load(cm["data"]["models-decode.yml"])["models"][0]["kv_transfer"]["kv_role"] == "kv_consumer"
+    # No Service over both roles.
+    services = dyn.resources.get(api_version="v1", kind="Service").get(namespace=namespace).items
+    assert sorted(s.metadata.name for s in services) == ["pd-decode", "pd-prefill"]
+
+    _mark_ready(dyn, namespace, "app.kubernetes.io/instance=pd,llm-d.ai/role=prefill", 1)
+    _mark_ready(dyn, namespace, "app.kubernetes.io/instance=pd,llm-d.ai/role=decode", 2)
+    # Reconciled (the endpoints) and Ready (the pods): two writers, either may come first.
+    obj = status_with(
+        dyn,
+        namespace,
+        "pd",
+        "Ready=True, generation 1 reconciled",
+        lambda o: condition(o, "Ready").get("status") == "True" and o["status"].get("observedGeneration") == 1,
+    )
+    status = obj["status"]
+    assert (status["ready"], status["replicas"]) == ("2/2", 2)
+    assert status["roles"]["prefill"] == {
+        "endpoint": f"http://pd-prefill.{namespace}.svc:8000",
+        "replicas": 1,
+        "readyReplicas": 1,
+        "ready": "1/1",
+    }
+    assert status["roles"]["decode"]["endpoint"] == f"http://pd-decode.{namespace}.svc:8000"
+    assert status["gpus"] == (1 + 2) * 2
+    assert "endpoint" not in status
+
+    # kubectl scale (the scale subresource) scales decode; prefill is patched.
+    custom = client.CustomObjectsApi(dyn.client)
+    custom.patch_namespaced_custom_object_scale(
+        "llmsim.io", "v1alpha1", namespace, "llmsimulators", "pd", {"spec": {"replicas": 3}}
+    )
+    patch_spec(dyn, namespace, "pd", {"disaggregation": {"prefill": {"replicas": 2}}})
+    for role, replicas in (("decode", 3), ("prefill", 2)):
+
+        def scaled(o: dict[str, Any] | None, n: int = replicas) -> bool:
+            return o is not None and o["spec"]["replicas"] == n
+
+        wait_for(dyn, "apps/v1", "Deployment", namespace, f"pd-{role}", scaled, f"{role} replicas {replicas}")
+    scale = custom.get_namespaced_custom_object_scale("llmsim.io", "v1alpha1", namespace, "llmsimulators", "pd")
+    assert (
+        scale["status"]["selector"]
+        == "app.kubernetes.io/name=llmsim,app.kubernetes.io/instance=pd,llm-d.ai/role=decode"
+    )
+
+    # Back to the aggregated form: its Deployment and Service come, the roles' go.
+    patch_spec(dyn, namespace, "pd", {"disaggregation": None})
+    wait_for(dyn, "apps/v1", "Deployment", namespace, "pd", owned, "the aggregated Deployment")
+    wait_for(dyn, "v1", "Service", namespace, "pd", owned, "the aggregated Service")
+    for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
+        for role in ("prefill", "decode"):
+            wait_for(dyn, api_version, kind, namespace, f"pd-{role}", lambda o: o is None, f"the {role} {kind} gone")
+    obj = status_with(dyn, namespace, "pd", "the aggregated endpoint", lambda o: "endpoint" in o.get("status", {}))
+    assert obj["status"]["endpoint"] == f"http://pd.{namespace}.svc:8000"
+    assert "roles" not in obj["status"]
+
+
+def test_disaggregation_on_an_engine_without_a_kv_cache_is_refused(dyn: Any, api: Any, namespace: str) -> None:
+    spec = {"model": {"name": "m"}, "engine": "fixed", "disaggregation": {}}
+    if int(client.VersionApi(api).get_code().minor.rstrip("+")) >= 25:
+        with pytest.raises(ApiException) as info:
+            create(dyn, namespace, "nokv", spec)
+        assert info.value.status == 422
+        return
+    # 1.20 has no CEL: the operator's own check refuses it.
+    create(dyn, namespace, "nokv", spec)
+    obj = status_with(
+        dyn, namespace, "nokv", "Degraded=True", lambda o: condition(o, "Degraded").get("status") == "True"
+    )
+    degraded = condition(obj, "Degraded")
+    assert (degraded["reason"], degraded["message"]) == (
+        "InvalidSpec",
+        "disaggregation needs engine: scheduler (the other engines have no KV cache to hand over)",
+    )
+    assert dyn.resources.get(api_version="apps/v1", kind="Deployment").get(namespace=namespace).items == []

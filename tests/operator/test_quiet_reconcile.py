@@ -19,10 +19,11 @@ from llmsim_operator.reconciler import (
     child_drifted,
     child_view,
     covers,
+    known_key,
     reconcile,
     stamped,
 )
-from tests.operator.builders import NAMESPACE, full_spec, minimal_spec, simulator
+from tests.operator.builders import NAMESPACE, disaggregated_spec, full_spec, minimal_spec, simulator
 from tests.operator.fake_kube import FakeKube
 
 OPTIONS = Options(image="sim:test", now=lambda: "2025-01-01T00:00:00Z")
@@ -32,7 +33,7 @@ SIM = ("llmsim.io/v1alpha1", "LLMSimulator", NAMESPACE, "llama")
 def known(kube: FakeKube) -> dict[str, ChildView]:
     """What the child indexes would hold for ``llama``."""
     views = (child_view(obj) for obj in kube.objects.values() if obj["kind"] != "LLMSimulator")
-    return {view.kind: view for view in views if view is not None}
+    return {known_key(view.kind, view.name): view for view in views if view is not None}
 
 
 async def converged(spec: dict[str, Any] | None = None, **kwargs: Any) -> FakeKube:
@@ -42,7 +43,9 @@ async def converged(spec: dict[str, Any] | None = None, **kwargs: Any) -> FakeKu
     return kube
 
 
-@pytest.mark.parametrize("spec", [minimal_spec(), full_spec()], ids=["minimal", "full"])
+@pytest.mark.parametrize(
+    "spec", [minimal_spec(), full_spec(), disaggregated_spec()], ids=["minimal", "full", "disaggregated"]
+)
 async def test_a_reconcile_at_rest_makes_no_call(spec: dict[str, Any]) -> None:
     kube = await converged(spec, monitoring=True)
     before = kube.calls()
@@ -186,3 +189,19 @@ async def test_the_status_written_last_is_fresher_than_the_watch() -> None:
     # Once the watch shows a later version, the watch wins.
     later = {**sim, "metadata": {**sim["metadata"], "resourceVersion": "13"}}
     assert kube.fresher(later) is later
+
+
+async def test_switching_form_deletes_the_other_forms_deployments_and_services() -> None:
+    kube = await converged(minimal_spec())
+    body = kube.objects[SIM]
+    pd = minimal_spec() | {"disaggregation": {}}
+    kube.add({**body, "spec": pd, "metadata": {**body["metadata"]}})
+    await reconcile(kube, kube.objects[SIM], OPTIONS, known(kube))
+    names = {(k[1], k[3]) for k in kube.objects if k[1] in ("Deployment", "Service")}
+    assert names == {(kind, f"llama-{role}") for kind in ("Deployment", "Service") for role in ("prefill", "decode")}
+    kube.add({**body, "spec": minimal_spec(), "metadata": {**body["metadata"]}})
+    await reconcile(kube, kube.objects[SIM], OPTIONS, known(kube))
+    assert {(k[1], k[3]) for k in kube.objects if k[1] in ("Deployment", "Service")} == {
+        ("Deployment", "llama"),
+        ("Service", "llama"),
+    }

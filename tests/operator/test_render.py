@@ -17,7 +17,7 @@ from llmsim_operator.documents import dump_all
 from llmsim_operator.render import Children, Owner, render_children
 from llmsim_operator.simulator_config import config_data, config_hash
 from llmsim_operator.spec import parse_spec
-from tests.operator.builders import NAMESPACE, UID, faults_spec, full_spec, minimal_spec
+from tests.operator.builders import NAMESPACE, UID, disaggregated_spec, faults_spec, full_spec, minimal_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 K8S_VERSION = "1.28.0"
@@ -33,6 +33,7 @@ CASES: dict[str, dict[str, Any]] = {
         "autoscaling": {"external": True},
     },
     "faults-lifecycle-keys": faults_spec(),
+    "disaggregated-dp-tls": disaggregated_spec(),
 }
 
 
@@ -44,7 +45,7 @@ def render(spec: dict[str, Any], responses: str | None = None, name: str = "llam
 
 
 def objects(children: Children) -> list[dict[str, Any]]:
-    out = [children.config_map, children.deployment, children.service]
+    out = [children.config_map, *children.deployments, *children.services]
     optional = [children.service_monitor, children.pod_disruption_budget]
     return out + [o for o in optional if o is not None]
 

@@ -68,7 +68,9 @@ def test_the_pod_exposes_the_events_port_knows_its_ip_and_mounts_the_tokenizer()
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert {"name": "kv-events", "containerPort": 6000, "protocol": "TCP"} in container["ports"]
-    assert container["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    # Added to the pod's identity variables, not in their place.
+    assert [e["name"] for e in container["env"]] == ["LLMSIM_POD_NAME", "LLMSIM_POD_NAMESPACE", "POD_IP"]
+    assert container["env"][-1] == {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     assert {"name": "tokenizer", "mountPath": "/etc/llmsim-tokenizer", "readOnly": True} in container["volumeMounts"]
     volume = next(v for v in pod["volumes"] if v["name"] == "tokenizer")
     assert volume["configMap"] == {

@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
-from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, SumAtMost, attach, broken_rule
+from llmsim_operator.rules import Matches, NeedsOneGroup, NotBoth, OnlyWhen, ShorterWhen, SumAtMost, attach, broken_rule
 
 NOT_BOTH = NotBoth("a or b", "a", "b")
 GROUPS = NeedsOneGroup("p, or x and y", [["p"], ["x", "y"]], when=("engine", "scheduler"))
 SUM = SumAtMost("too much", ["a", "b"], 1.0)
 NAME = Matches("bad name", "metadata.name", "^[a-z]+$", 5)
+ONLY = OnlyWhen("dp needs scheduler", "dp.size", "engine", "scheduler", above=1)
+SHORT = ShorterWhen("short when pd", "metadata.name", 3, "spec.pd")
 
 
 def test_cel_texts() -> None:
@@ -19,6 +21,8 @@ def test_cel_texts() -> None:
     assert GROUPS.cel() == "self.engine != 'scheduler' || has(self.p) || (has(self.x) && has(self.y))"
     assert SUM.cel() == "(has(self.a) ? self.a : 0.0) + (has(self.b) ? self.b : 0.0) <= 1.000000001"
     assert NAME.cel() == "self.metadata.name.matches('^[a-z]+$') && size(self.metadata.name) <= 5"
+    assert ONLY.cel() == "!(has(self.dp) && has(self.dp.size)) || self.dp.size <= 1 || self.engine == 'scheduler'"
+    assert SHORT.cel() == "!(has(self.spec) && has(self.spec.pd)) || size(self.metadata.name) <= 3"
     assert attach(NOT_BOTH) == {"x-kubernetes-validations": [{"rule": NOT_BOTH.cel(), "message": "a or b"}]}
 
 
@@ -41,6 +45,14 @@ def test_cel_texts() -> None:
         (NAME, {"metadata": {"name": "abc"}}, True),
         (NAME, {"metadata": {"name": "abcdef"}}, False),
         (NAME, {"metadata": {"name": "a-b"}}, False),
+        (ONLY, {"engine": "fixed"}, True),
+        (ONLY, {"engine": "fixed", "dp": {"size": 1}}, True),
+        (ONLY, {"engine": "fixed", "dp": {"size": 2}}, False),
+        (ONLY, {"engine": "scheduler", "dp": {"size": 2}}, True),
+        (SHORT, {"metadata": {"name": "abcd"}, "spec": {}}, True),
+        (SHORT, {"metadata": {"name": "abcd"}, "spec": {"pd": {}}}, False),  # {} is present, as for CEL
+        (SHORT, {"metadata": {"name": "abcd"}, "spec": {"pd": {"x": 1}}}, False),
+        (SHORT, {"metadata": {"name": "abc"}, "spec": {"pd": {"x": 1}}}, True),
     ],
 )
 def test_python_twins(rule: Any, obj: dict[str, Any], holds: bool) -> None:

@@ -14,6 +14,7 @@ from llmsim_operator import crd
 from llmsim_operator.conventions import MODELS_KEY, RESPONSES_KEY
 from llmsim_operator.crd import MODELS
 from llmsim_operator.simulator_config import config_data, config_hash, models_yaml
+from llmsim_operator.simulator_schema import OMIT
 from llmsim_operator.spec import InvalidSpec, parse_spec
 from tests.operator.builders import NAMESPACE, faults_spec, full_spec, minimal_spec
 
@@ -183,7 +184,8 @@ def test_rates_adding_up_to_more_than_one_are_refused() -> None:
 def sample(node: dict[str, Any]) -> Any:
     """A valid value of an OpenAPI node that is not its default (small numbers: everything still fits)."""
     if "enum" in node:
-        return next(v for v in node["enum"] if v != node.get("default"))
+        # A one-value enum (kv_connector: NixlConnector) has no other value: its default it is.
+        return next((v for v in node["enum"] if v != node.get("default")), node["enum"][0])
     kind = node["type"]
     if kind == "boolean":
         return not node.get("default", False)
@@ -219,7 +221,8 @@ def test_every_bound_spec_field_reaches_llmsim() -> None:
     spec: dict[str, Any] = {}
     values = []
     for binding in MODELS.bindings:
-        if binding.spec in {("model", "name"), ("model", "profile")}:
+        # The engine stays the scheduler: disaggregation and data parallelism need it.
+        if binding.spec in {("model", "name"), ("model", "profile"), ("engine",)}:
             continue
         values.append((binding, sample(spec_node(binding.spec))))
         *parents, key = binding.spec
@@ -228,11 +231,15 @@ def test_every_bound_spec_field_reaches_llmsim() -> None:
             node = node.setdefault(parent, {})
         node[key] = values[-1][1]
     spec["model"]["name"] = "m"
-    config = parse_models_config(models_yaml(parse_spec("x", NAMESPACE, spec)), "models.yml").model_dump()
+    # The decode role's models.yml: the disaggregation fields are rendered only into a role's.
+    config = parse_models_config(models_yaml(parse_spec("x", NAMESPACE, spec), "decode"), "models.yml").model_dump()
     for binding, value in values:
+        if binding.convert(value) is OMIT:
+            continue
         actual: Any = config if binding.document else config["models"][0]
         for key in binding.target:
             actual = actual[key]
         assert subset(binding.convert(value), actual), f"spec.{'.'.join(binding.spec)}: {value!r} -> {actual!r}"
     sections = {"weights", "kv_cache", "scheduler", "latency", "efficiency", "faults", "lora", "startup_seconds"}
+    sections |= {"kv_transfer", "data_parallel"}
     assert sections <= {binding.target[0] for binding, _ in values}
