@@ -7,6 +7,7 @@ config raises :class:`~llmsim.errors.ConfigError` here, before any port is bound
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -19,6 +20,7 @@ from starlette.responses import PlainTextResponse
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
 from llmsim.api.dev_routes import dev_mode, dev_routes
+from llmsim.api.fault_timeline import UNKNOWN_REPLICA, Replica, TimelineRunner
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
@@ -232,6 +234,7 @@ def _serve_model(
     crash: Crash,
     gate: ReleaseGate | None = None,
     poll_arrivals: Callable[[], None] | None = None,
+    replica: Replica = UNKNOWN_REPLICA,
 ) -> ServedModel:
     """One model's metrics, KV-event stream, engine and generator, wired together."""
     max_lora = model.lora.max_loras if model.lora is not None else None
@@ -267,6 +270,22 @@ def _serve_model(
         token_ids=caching or observer is not metrics,
     )
     lora = lora_params(model)
+    base = model.faults.state()
+    faults = FaultInjector(model.name, base, metrics.count_fault, crash)
+
+    try:
+        timeline = TimelineRunner(
+            model.name,
+            model.faults.timeline,
+            base,
+            faults,
+            replica,
+            clock.now,
+            on_phases=metrics.set_fault_phases,
+            on_phase=metrics.enter_fault_phase,
+        )
+    except ValueError as exc:
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="faults.timeline") from None
     return ServedModel(
         name=model.name,
         aliases=tuple(model.aliases),
@@ -281,7 +300,8 @@ def _serve_model(
         max_lora_adapters=lora.max_cpu_loras + len(lora.adapters) if lora is not None else 0,
         enable_prompt_tokens_details=model.enable_prompt_tokens_details,
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
-        faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
+        faults=faults,
+        timeline=timeline,
     )
 
 
@@ -308,6 +328,7 @@ def build_runtime(
     crash: Crash = exit_process,
     fast_path: bool = True,
     checked_config: tuple[ModelsConfig, str] | None = None,
+    replica: Replica = UNKNOWN_REPLICA,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
@@ -315,7 +336,7 @@ def build_runtime(
     command line; ``crash`` is what the ``crash`` fault calls (tests pass a stand-in);
     ``fast_path`` False sends the completion routes through FastAPI's whole stack (docs/transport.md);
     ``checked_config``: a config already checked and what errors call it (``vllm serve``'s flags), instead of
-    ``config_path``.
+    ``config_path``; ``replica``: this process's ordinal and fleet size, for fault timelines.
     """
     if checked_config is not None:
         config, file = checked_config
@@ -337,7 +358,7 @@ def build_runtime(
     try:
         for model in config.models:
             models[model.name] = _serve_model(
-                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals
+                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals, replica
             )
     except BaseException:
         for publisher in publishers.values():
@@ -362,15 +383,21 @@ def build_runtime(
         for alias in served.aliases:
             state.aliases[alias] = served.name
 
+    timeline_tasks: list[asyncio.Task[None]] = []
+
     async def start() -> None:
         for served in models.values():
             await served.engine.start()
+            if served.timeline is not None:
+                timeline_tasks.append(asyncio.create_task(served.timeline.run(), name=f"timeline {served.name}"))
         # Everything built at startup lives forever: keep it out of the collector's way, so a
         # full collection (measured 13.7 ms) does not land in the middle of a token stream.
         gc.collect()
         gc.freeze()
 
     async def stop() -> None:
+        for task in timeline_tasks:
+            task.cancel()
         for served in models.values():
             await served.engine.stop()
         for publisher in publishers.values():

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from llmsim.config.schema import Faults
+from llmsim.config.schema import FaultState, FaultTimeline
 
 
 class _Body(BaseModel):
@@ -222,8 +222,19 @@ class LoadResponse(_Body):
     server_load: int
 
 
-class FaultSettings(RootModel[dict[str, Faults]]):
+class FaultSettings(RootModel[dict[str, FaultState]]):
     """``/admin/faults``: each served model's fault injection, keyed by model name (a PUT names some of them)."""
+
+
+class TimelineSettings(RootModel[dict[str, FaultTimeline | None]]):
+    """``PUT /admin/timeline``: a new fault timeline per model named (null: none)."""
+
+
+class TimelineStart(_Body):
+    """``POST /admin/timeline/start``: who this replica is, when the command line did not say (both optional)."""
+
+    ordinal: int | None = None
+    replicas: int | None = None
 
 
 class SleepResponse(_Body):
