@@ -1,0 +1,81 @@
+"""``llmsim verdict``: what a gateway did while its replicas followed a fault timeline (docs/gateways.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from llmsim.benchmark.verdict import DEFAULT_GAP_S, judge, render
+from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "verdict", help="start the replicas' fault timelines, load a gateway, and report what it did"
+    )
+    p.add_argument("--gateway", required=True, help="the gateway's base URL (requests go to /v1/chat/completions)")
+    p.add_argument(
+        "--replica",
+        action="append",
+        required=True,
+        help="a replica's base URL, in ordinal order (repeat for each; its ordinal is its place in the list)",
+    )
+    p.add_argument("--model", required=True, help="the model to ask for")
+    p.add_argument("--rate", type=float, default=20.0, help="requests per second (open loop; default 20)")
+    p.add_argument(
+        "--duration", type=float, default=30.0, help="seconds of load from the timeline's start (default 30)"
+    )
+    p.add_argument("--max-tokens", type=int, default=8, help="max_tokens of each request (default 8)")
+    p.add_argument("--timeout", type=float, default=10.0, help="a request's timeout in seconds (default 10)")
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=DEFAULT_GAP_S,
+        help="a bad replica silent this long is taken as ejected (seconds; default 1)",
+    )
+    p.add_argument(
+        "--no-start",
+        dest="start",
+        action="store_false",
+        help="do not start the timelines (someone else did: phases are then read on each replica's own time)",
+    )
+    p.add_argument("--admin-key", default=os.environ.get("LLMSIM_ADMIN_KEY"), help="env LLMSIM_ADMIN_KEY")
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="the gateway's key (env OPENAI_API_KEY)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--plot", type=Path, help="write requests per replica over time, phases shaded, to this PNG")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rate <= 0 or args.duration <= 0 or args.gap <= 0:
+        print("llmsim verdict: --rate, --duration and --gap must be > 0", file=sys.stderr)
+        return 2
+    spec = VerdictRun(
+        gateway=args.gateway,
+        replicas=args.replica,
+        model=args.model,
+        rate=args.rate,
+        duration=args.duration,
+        admin_key=args.admin_key,
+        api_key=args.api_key,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+        start=args.start,
+    )
+    try:
+        replicas, client = asyncio.run(verdict_run(spec))
+    except (OSError, RuntimeError) as exc:
+        print(f"llmsim verdict: {exc}", file=sys.stderr)
+        return 1
+    verdict = judge(replicas, client, args.duration, args.gap)
+    print(json.dumps(verdict.to_json(), indent=2) if args.json else render(verdict))
+    if args.plot is not None:
+        from llmsim.benchmark.verdict_plot import plot_verdict
+
+        plot_verdict(verdict, replicas, client, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0

