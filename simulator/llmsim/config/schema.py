@@ -247,7 +247,7 @@ class FaultPhase(_Section):
         "duration: 30s, 500ms, 1m30s).",
     )
     # Two fields, not one that is a list or a count: a CRD's structural schema has one type per field.
-    replicas: list[Annotated[int, Field(ge=0)]] | None = Field(
+    replicas: list[Annotated[int, Field(ge=0, description="A replica's ordinal (0-based).")]] | None = Field(
         default=None,
         description="The ordinals of the replicas that get ``set`` (left out, with no count: every replica).",
     )
