@@ -233,7 +233,18 @@ def duration_seconds(value: object) -> float:
     raise ValueError(f"expected seconds or a duration such as 30s, 500ms, 1m30s; got {value!r}")
 
 
-Seconds = Annotated[float, BeforeValidator(duration_seconds), Field(ge=0, le=MAX_TIMELINE_S, allow_inf_nan=False)]
+def _seconds_schema(schema: dict[str, Any]) -> None:
+    """JSON Schema's names for the bounds: behind a BeforeValidator pydantic writes its own ``ge``/``le``."""
+    for ours, theirs in (("ge", "minimum"), ("le", "maximum")):
+        if ours in schema:
+            schema[theirs] = schema.pop(ours)
+
+
+Seconds = Annotated[
+    float,
+    BeforeValidator(duration_seconds),
+    Field(ge=0, le=MAX_TIMELINE_S, allow_inf_nan=False, json_schema_extra=_seconds_schema),
+]
 
 
 class FaultPhase(_Section):
