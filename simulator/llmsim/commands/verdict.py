@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +22,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--replica",
         action="append",
-        required=True,
+        default=[],
         help="a replica's base URL, in ordinal order (repeat for each; its ordinal is its place in the list)",
     )
+    p.add_argument(
+        "--pods",
+        metavar="NAMESPACE/SELECTOR",
+        help="the replicas are these Ready pods (kubectl get pods -n NAMESPACE -l SELECTOR), in name order, "
+        "at their pod IPs: from a host that routes to pod IPs (e.g. NAMESPACE/app.kubernetes.io/instance=NAME)",
+    )
+    p.add_argument("--pod-port", type=int, default=8000, help="the pods' port with --pods (default 8000)")
     p.add_argument("--model", required=True, help="the model to ask for")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second (open loop; default 20)")
     p.add_argument(
@@ -56,7 +64,53 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=run)
 
 
+def pod_urls(namespace: str, selector: str, port: int) -> list[str]:
+    """Base URLs of the Ready, not terminating pods ``kubectl`` lists, in pod-name order (their ordinals).
+
+    Raises RuntimeError when kubectl fails or its answer is not a pod list.
+    """
+    try:
+        done = subprocess.run(
+            ["kubectl", "get", "pods", "-n", namespace, "-l", selector, "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"kubectl: {exc}") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl get pods: {done.stderr.strip()}")
+    try:
+        items = json.loads(done.stdout)["items"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError("kubectl get pods: not a pod list") from None
+    ready = []
+    for pod in items:
+        conditions = pod.get("status", {}).get("conditions") or []
+        is_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        ip = pod.get("status", {}).get("podIP")
+        if is_ready and ip and not pod["metadata"].get("deletionTimestamp"):
+            host = f"[{ip}]" if ":" in ip else ip
+            ready.append((pod["metadata"]["name"], f"http://{host}:{port}"))
+    return [url for _, url in sorted(ready)]
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.pods:
+        namespace, _, selector = args.pods.partition("/")
+        if not namespace or not selector:
+            print("llmsim verdict: --pods takes NAMESPACE/SELECTOR", file=sys.stderr)
+            return 2
+        try:
+            args.replica = [*args.replica, *pod_urls(namespace, selector, args.pod_port)]
+        except RuntimeError as exc:
+            print(f"llmsim verdict: {exc}", file=sys.stderr)
+            return 1
+    if not args.replica:
+        print(
+            "llmsim verdict: no replicas: give --replica URL (repeated) or --pods NAMESPACE/SELECTOR", file=sys.stderr
+        )
+        return 2
     if args.rate <= 0 or args.duration <= 0 or args.gap <= 0 or args.warmup < 0:
         print("llmsim verdict: --rate, --duration and --gap must be > 0, --warmup >= 0", file=sys.stderr)
         return 2
