@@ -85,7 +85,7 @@ def test_a_replica_never_silent_or_never_back_says_so() -> None:
 
 def test_a_replica_that_got_nothing_in_its_bad_phase_was_ejected_at_once() -> None:
     b = replica("b", 1, True, [1.0, 6.0], [None, None])
-    (ejection,) = judge([b], [], 8.0).ejections
+    (ejection,) = judge([b], [], 8.0, gap=1.0).ejections
     assert (ejection.ejected_after_s, ejection.requests_before_ejection, ejection.returned_after_s) == (0.0, 0, 1.0)
 
 
@@ -96,7 +96,7 @@ def test_the_plot_has_a_line_per_replica_and_the_client_errors(tmp_path: Path) -
     a = replica("a", 0, False, [0.2, 3.0], [None, None])
     b = replica("b", 1, True, [2.1], ["unavailable"])
     client = [ClientRecord(2.1, 503, 0.01)]
-    verdict = judge([a, b], client, 6.0)
+    verdict = judge([a, b], client, 6.0, gap=1.0)
     labels = plot_verdict(verdict, [a, b], client, tmp_path / "v.png")
     assert labels == ["a", "b", "client errors"]
     assert (tmp_path / "v.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

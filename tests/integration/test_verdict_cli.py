@@ -66,3 +66,14 @@ def test_an_unreachable_replica_is_one_line_and_status_1() -> None:
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("llmsim verdict: ")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_loads_without_the_benchmark_client() -> None:
+    # The server's image has no aiohttp: `llmsim serve` goes through llmsim.cli, which must not load
+    # the benchmark client (llmsim bench and llmsim verdict import it when they run).
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; import llmsim.cli; "
+        "assert not any(m.startswith('llmsim.benchmark') for m in sys.modules), sorted(sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

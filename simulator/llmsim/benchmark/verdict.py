@@ -19,9 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: A replica silent this long after a fault started is taken as ejected (default of --gap).
-DEFAULT_GAP_S = 1.0
-
 
 @dataclass(frozen=True, slots=True)
 class ClientRecord:
@@ -166,10 +163,11 @@ def _ejection(times: Sequence[float], phase: Phase, gap: float) -> tuple[float |
     return None, count
 
 
-def judge(
-    replicas: Sequence[ReplicaRecord], client: Sequence[ClientRecord], duration: float, gap: float = DEFAULT_GAP_S
-) -> Verdict:
-    """Per phase and replica: what each replica got and the client saw; per fault: ejection and return times."""
+def judge(replicas: Sequence[ReplicaRecord], client: Sequence[ClientRecord], duration: float, gap: float) -> Verdict:
+    """Per phase and replica: what each replica got and the client saw; per fault: ejection and return times.
+
+    ``gap``: a bad replica silent this long (seconds) is taken as ejected.
+    """
     phases = phases_of(replicas[0].timeline, duration) if replicas else [Phase("base", 0.0, duration)]
     times = {r.name: [float(t) for t in r.requests.get("t", ())] for r in replicas}
     faults = {r.name: list(r.requests.get("fault", ())) for r in replicas}

@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmsim.benchmark.verdict import DEFAULT_GAP_S, judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+# NOTE: the benchmark package (aiohttp, the client) is imported inside run(): `llmsim serve` goes
+# through this CLI too and must not load the client (the server's image has no aiohttp).
+
+#: A bad replica silent this long is taken as ejected (--gap's default).
+DEFAULT_GAP_S = 1.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
             "llmsim verdict: no replicas: give --replica URL (repeated) or --pods NAMESPACE/SELECTOR", file=sys.stderr
         )
         return 2
+    from llmsim.benchmark.verdict import judge, render
+    from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+
     if args.rate <= 0 or args.duration <= 0 or args.gap <= 0 or args.warmup < 0:
         print("llmsim verdict: --rate, --duration and --gap must be > 0, --warmup >= 0", file=sys.stderr)
         return 2
