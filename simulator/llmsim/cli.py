@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from llmsim import __version__
-from llmsim.commands import bench, calibrate, check, plan, serve
+from llmsim.commands import bench, calibrate, check, plan, serve, verdict
 from llmsim.commands.vllm_cli import normalize_argv
 
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     calibrate.add_parser(sub)
     bench.add_parser(sub)
+    verdict.add_parser(sub)
     return parser
 
 

@@ -7,6 +7,7 @@ config raises :class:`~llmsim.errors.ConfigError` here, before any port is bound
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -21,6 +22,7 @@ from starlette.responses import PlainTextResponse
 from llmsim.api.access import Access
 from llmsim.api.app import LlmsimApp, create_app
 from llmsim.api.dev_routes import dev_mode, dev_routes
+from llmsim.api.fault_timeline import UNKNOWN_REPLICA, Replica, TimelineRunner
 from llmsim.api.faults import Crash, FaultInjector, exit_process
 from llmsim.api.identity import Identity
 from llmsim.api.lifecycle import Lifecycle
@@ -331,6 +333,7 @@ def _serve_model(
     gate: ReleaseGate | None = None,
     poll_arrivals: Callable[[], None] | None = None,
     only_rank: int | None = None,
+    replica: Replica = UNKNOWN_REPLICA,
 ) -> ServedModel:
     """One model's metrics, KV-event streams, engines (one per data-parallel rank) and generator, wired together."""
     max_lora = model.lora.max_loras if model.lora is not None else None
@@ -374,6 +377,22 @@ def _serve_model(
         token_ids=caching or events,
     )
     lora = lora_params(model)
+    base = model.faults.state()
+    faults = FaultInjector(model.name, base, metrics.count_fault, crash)
+
+    try:
+        timeline = TimelineRunner(
+            model.name,
+            model.faults.timeline,
+            base,
+            faults,
+            replica,
+            clock.now,
+            on_phases=metrics.set_fault_phases,
+            on_phase=metrics.enter_fault_phase,
+        )
+    except ValueError as exc:
+        raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="faults.timeline") from None
     return ServedModel(
         kv_transfer=kv_transfer_info(model, ranks[0]),
         name=model.name,
@@ -389,7 +408,8 @@ def _serve_model(
         max_lora_adapters=lora.max_cpu_loras + len(lora.adapters) if lora is not None else 0,
         enable_prompt_tokens_details=model.enable_prompt_tokens_details,
         embedding_dimensions=model.embeddings.dimensions if model.embeddings is not None else None,
-        faults=FaultInjector(model.name, model.faults, metrics.count_fault, crash),
+        faults=faults,
+        timeline=timeline,
         dp_size=model.data_parallel.size,
         tensor_parallel_size=model.tensor_parallel_size,
         dp_ranks=tuple(ranks),
@@ -470,6 +490,7 @@ def build_runtime(
     checked_config: tuple[ModelsConfig, str] | None = None,
     dp_rank: int | None = None,
     share: LoopShare | None = None,
+    replica: Replica = UNKNOWN_REPLICA,
 ) -> Runtime:
     """Parse, check and wire everything. Raises ConfigError before anything listens.
 
@@ -479,7 +500,8 @@ def build_runtime(
     ``checked_config``: a config already checked and what errors call it (``vllm serve``'s flags), instead of
     ``config_path``; ``dp_rank``: serve only this data-parallel rank of each model (the server of
     one port of an external-load-balancing deployment run in one process, :func:`external_ports`),
-    with what the servers of that process share (``share``: their clock, release gate and arrival watch).
+    with what the servers of that process share (``share``: their clock, release gate and arrival watch);
+    ``replica``: this process's ordinal and fleet size, for fault timelines.
     """
     config, file = checked_config if checked_config is not None else load_config(config_path)
     ports = external_ports(config, file)
@@ -507,7 +529,19 @@ def build_runtime(
     try:
         for model in config.models:
             models[model.name] = _serve_model(
-                config, model, file, script, clock, hub, publishers, created, crash, gate, poll_arrivals, dp_rank
+                config,
+                model,
+                file,
+                script,
+                clock,
+                hub,
+                publishers,
+                created,
+                crash,
+                gate,
+                poll_arrivals,
+                dp_rank,
+                replica,
             )
     except BaseException:
         for publisher in publishers.values():
@@ -533,10 +567,13 @@ def build_runtime(
             state.aliases[alias] = served.name
 
     channels = side_channels(models)
+    timeline_tasks: list[asyncio.Task[None]] = []
 
     async def start() -> None:
         for served in models.values():
             await served.engine.start()
+            if served.timeline is not None:
+                timeline_tasks.append(asyncio.create_task(served.timeline.run(), name=f"timeline {served.name}"))
         for channel in channels:
             await channel.start()
         # Everything built at startup lives forever: keep it out of the collector's way, so a
@@ -545,6 +582,8 @@ def build_runtime(
         gc.freeze()
 
     async def stop() -> None:
+        for task in timeline_tasks:
+            task.cancel()
         for channel in channels:
             await channel.stop()
         for served in models.values():

@@ -15,7 +15,7 @@ import pytest
 import schemathesis
 from schemathesis.checks import positive_data_acceptance
 
-from llmsim.config.schema import Faults
+from llmsim.config.schema import FaultState
 from llmsim.runtime import build_runtime
 from tests.hostile.app import RESPONSES
 from tests.support.schema_fuzz import CONFIG, fuzz, name_served_models, operations
@@ -49,7 +49,7 @@ def test_every_route_with_every_check(tmp_path: Path, monkeypatch: pytest.Monkey
             # Undo what a control endpoint changed, so the next case meets a serving replica.
             state.lifecycle.wake_up(None)
             for served in state.models.values():
-                served.faults.configure(Faults())
+                served.faults.configure(FaultState())
             for name, base in list(state.lora_adapters.items()):
                 del state.models[base].lora_adapters[name]
                 state.models[base].engine.remove_lora(name)

@@ -104,3 +104,25 @@ def test_injected_faults_are_counted_by_kind_on_both_pages() -> None:
         "crash": "1.0",
     }
     assert "# TYPE llmsim_faults_injected_total counter" in fast
+
+
+def test_fault_phases_appear_on_both_pages_for_models_with_a_timeline_only() -> None:
+    hub = MetricsHub()
+    hub.add_model("steady", max_model_len=100)
+    m = hub.add_model("phased", max_model_len=100)
+    m.set_fault_phases(["base", "down", "up"])
+    for name in ("base", "down", "up", "down"):
+        m.enter_fault_phase(name)
+    fast, reference = both(hub)
+    assert fast == reference
+    phase = {
+        line.split('phase="')[1].split('"')[0]: line.rsplit(" ", 1)[1]
+        for line in fast.splitlines()
+        if line.startswith("llmsim_fault_phase{")
+    }
+    assert phase == {"base": "0.0", "down": "1.0", "up": "0.0"}
+    entered = [line for line in fast.splitlines() if line.startswith("llmsim_fault_phase_transitions_total{")]
+    assert [line.rsplit(" ", 1)[1] for line in entered] == ["1.0", "2.0", "1.0"]
+    assert not any(
+        line.startswith("llmsim_fault_phase") and 'model_name="steady"' in line for line in fast.splitlines()
+    )

@@ -231,6 +231,10 @@ def test_every_bound_spec_field_reaches_llmsim() -> None:
             node = node.setdefault(parent, {})
         node[key] = values[-1][1]
     spec["model"]["name"] = "m"
+    # A timeline phase takes set or clear, replicas or count: keep one of each pair (in place, so the
+    # value compared below is the one sent).
+    (phase,) = spec["faults"]["timeline"]["phases"]
+    del phase["clear"], phase["count"]
     # The decode role's models.yml: the disaggregation fields are rendered only into a role's.
     config = parse_models_config(models_yaml(parse_spec("x", NAMESPACE, spec), "decode"), "models.yml").model_dump()
     for binding, value in values:
@@ -243,3 +247,26 @@ def test_every_bound_spec_field_reaches_llmsim() -> None:
     sections = {"weights", "kv_cache", "scheduler", "latency", "efficiency", "faults", "lora", "startup_seconds"}
     sections |= {"kv_transfer", "data_parallel"}
     assert sections <= {binding.target[0] for binding, _ in values}
+
+
+def test_a_fault_timeline_in_the_spec_reaches_llmsim_with_its_phases() -> None:
+    timeline = {
+        "start": "admin",
+        "seed": 7,
+        "phases": [
+            {"name": "one-slow", "at": 30, "replicas": [1], "set": {"slowFactor": 3, "rates": {"slow": 1}}},
+            {"name": "one-down", "at": 60, "count": 1, "set": {"rates": {"unavailable": 1}}},
+            {"name": "recovered", "at": 90, "clear": True},
+        ],
+    }
+    sim = parse_spec("phased", NAMESPACE, minimal_spec() | {"faults": {"seed": 5, "timeline": timeline}})
+    faults = parse_models_config(models_yaml(sim), "models.yml").models[0].faults
+    assert faults.seed == 5
+    assert faults.timeline is not None
+    assert (faults.timeline.start, faults.timeline.seed) == ("admin", 7)
+    slow, down, recovered = faults.timeline.phases
+    assert (slow.name, slow.at, slow.replicas, slow.count) == ("one-slow", 30.0, [1], None)
+    assert slow.set is not None
+    assert (slow.set.slow_factor, slow.set.rates.slow) == (3.0, 1.0)
+    assert (down.at, down.count, down.set is not None and down.set.rates.unavailable) == (60.0, 1, 1.0)
+    assert (recovered.at, recovered.clear, recovered.set) == (90.0, True, None)

@@ -58,6 +58,8 @@ from llmsim.api.response_models import (
     ResponsesStreamEvent,
     ServerInfo,
     SleepResponse,
+    TimelineSettings,
+    TimelineStart,
     TokenizeResponse,
     VersionResponse,
     WakeUpResponse,
@@ -484,6 +486,33 @@ def create_app(
         FaultSettings,
         method="PUT",
         summary="Replace some models' fault injection (all or nothing)",
+    )
+    app.add_api_route(
+        "/admin/timeline",
+        admin_routes.timeline,
+        methods=["GET"],
+        summary="Every model's fault timeline, this replica's phase and per-phase counts",
+    )
+    app.add_json_route(
+        "/admin/timeline",
+        admin_routes.timeline,
+        [TimelineSettings],
+        None,
+        method="PUT",
+        summary="Replace some models' fault timelines (all or nothing)",
+    )
+    app.add_json_route(
+        "/admin/timeline/start",
+        admin_routes.timeline_start,
+        [TimelineStart],
+        None,
+        summary="Start every model's fault timeline now (optionally saying which replica this is)",
+    )
+    app.add_api_route(
+        "/admin/timeline/requests",
+        admin_routes.timeline_requests,
+        methods=["GET"],
+        summary="Each request since the timeline's start: its time and its fault",
     )
     sleep_query = [
         {"name": "level", "in": "query", "schema": {"type": "integer", "enum": [0, 1, 2], "default": 1}},

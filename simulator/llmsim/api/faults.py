@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from llmsim.api.errors import RETRY_AFTER_S, APIError, echoed
-from llmsim.config.schema import FAULT_KINDS, Faults
+from llmsim.config.schema import FAULT_KINDS, FaultState
 from llmsim.types import GenerationPlan, Pacing
 
 logger = logging.getLogger("llmsim.faults")
@@ -109,7 +109,9 @@ class FaultInjector:
         Ends the process (``crash``); tests pass a stand-in.
     """
 
-    def __init__(self, model: str, settings: Faults, count: Callable[[str], None], crash: Crash = exit_process) -> None:
+    def __init__(
+        self, model: str, settings: FaultState, count: Callable[[str], None], crash: Crash = exit_process
+    ) -> None:
         self.model = model
         self._count = count
         self._crash = crash
@@ -119,7 +121,7 @@ class FaultInjector:
         self._requests = 0
         self.configure(settings)
 
-    def configure(self, settings: Faults) -> None:
+    def configure(self, settings: FaultState) -> None:
         """New settings (from ``PUT /admin/faults``): the request count starts again, so a run is reproducible."""
         self.settings = settings
         self.enabled = settings.enabled

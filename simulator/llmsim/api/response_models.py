@@ -7,11 +7,11 @@ validates against them. Field names, order and optionality follow vLLM 0.34's re
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from llmsim.config.schema import Faults
+from llmsim.config.schema import FaultState, FaultTimeline
 
 
 class _Body(BaseModel):
@@ -222,8 +222,20 @@ class LoadResponse(_Body):
     server_load: int
 
 
-class FaultSettings(RootModel[dict[str, Faults]]):
+class FaultSettings(RootModel[dict[str, FaultState]]):
     """``/admin/faults``: each served model's fault injection, keyed by model name (a PUT names some of them)."""
+
+
+class TimelineSettings(RootModel[dict[str, FaultTimeline | None]]):
+    """``PUT /admin/timeline``: a new fault timeline per model named (null: none)."""
+
+
+class TimelineStart(_Body):
+    """``POST /admin/timeline/start``: who this replica is, when the command line did not say (both optional)."""
+
+    # Strict: a JSON true is not replica 1.
+    ordinal: Annotated[int, Field(strict=True, ge=0)] | None = None
+    replicas: Annotated[int, Field(strict=True, ge=1)] | None = None
 
 
 class SleepResponse(_Body):

@@ -101,12 +101,22 @@ async def _until_serving(request: Request, state: ApiState, arrival: float) -> f
 
 def _fault(request: Request, served: ServedModel) -> Fault | None:
     """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued."""
+    timeline = served.timeline
+    if timeline is not None and timeline.started_at is not None:
+        # Before the draw: a request after a phase's start sees that phase, whenever the task woke.
+        timeline.poll()
+    else:
+        timeline = None
     faults = served.faults
     if not faults.enabled:
+        if timeline is not None:
+            timeline.record(None)
         return None
     scope = request.scope
     client_id = scope.get(SCOPE_REQUEST_ID) if scope.get(SCOPE_CLIENT_REQUEST_ID) else None
     fault = faults.draw(request.headers.get(FAULT_HEADER), client_id)
+    if timeline is not None:
+        timeline.record(fault.kind if fault is not None else None)
     if fault is not None:
         faults.inject(fault, _request_id(request))
     return fault

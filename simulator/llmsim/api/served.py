@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmsim.api.fault_timeline import TimelineRunner
 from llmsim.api.faults import FaultInjector
-from llmsim.config.schema import Faults
+from llmsim.config.schema import FaultState
 from llmsim.engine import Engine
 from llmsim.llm.generator import Generator
 
@@ -17,7 +18,7 @@ def _drop(lags: Sequence[float]) -> None:
 
 
 def _no_faults() -> FaultInjector:
-    return FaultInjector("", Faults(), count=lambda kind: None)
+    return FaultInjector("", FaultState(), count=lambda kind: None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,8 @@ class ServedModel:
     embedding_dimensions: int | None = None
     # The model's fault injection (disabled unless its ``faults`` entry or /admin/faults enables it).
     faults: FaultInjector = field(default_factory=_no_faults)
+    # The model's fault timeline, which reconfigures ``faults`` phase by phase (None: built without one).
+    timeline: TimelineRunner | None = None
     # LoRA adapters served on this model (name -> path), in load order; requests name them in
     # "model". Changed at runtime by /v1/load_lora_adapter and /v1/unload_lora_adapter.
     lora_adapters: dict[str, str] = field(default_factory=dict)

@@ -13,6 +13,7 @@ import ssl
 import sys
 
 from llmsim.api.access import Access, parse_keys
+from llmsim.api.fault_timeline import Replica
 from llmsim.api.identity import Identity
 from llmsim.api.state import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_OUTPUT_TOKENS
 from llmsim.commands import vllm_cli
@@ -104,6 +105,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=env("LLMSIM_POD_NAMESPACE"),
         help="sent as x-llmsim-namespace (env LLMSIM_POD_NAMESPACE)",
     )
+    p.add_argument(
+        "--replica-ordinal",
+        type=_optional_int,
+        default=env("LLMSIM_REPLICA_ORDINAL"),
+        help="this replica's ordinal in its fleet (0-based), for fault timelines that name replicas "
+        "(env LLMSIM_REPLICA_ORDINAL; POST /admin/timeline/start may give it instead)",
+    )
+    p.add_argument(
+        "--replica-count",
+        type=_optional_int,
+        default=env("LLMSIM_REPLICA_COUNT"),
+        help="the fleet's size, for fault timeline phases that draw a count of replicas (env LLMSIM_REPLICA_COUNT)",
+    )
     p.add_argument("--ssl-keyfile", help="TLS private key (PEM); with --ssl-certfile, serve HTTPS (vLLM's)")
     p.add_argument("--ssl-certfile", help="TLS certificate chain (PEM)")
     p.add_argument("--ssl-ca-certs", help="CA certificates to check client certificates against")
@@ -115,6 +129,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     vllm_cli.add_arguments(p)
     p.set_defaults(func=run)
+
+
+def _optional_int(text: str) -> int | None:
+    return int(text) if text.strip() else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"llmsim: {exc}", file=sys.stderr)
+        return 2
+    # argparse runs `type` on a string default too (the environment's value).
+    ordinal, count = args.replica_ordinal, args.replica_count
+    if (ordinal is not None and ordinal < 0) or (count is not None and count < 1):
+        print("llmsim: --replica-ordinal must be >= 0 and --replica-count >= 1", file=sys.stderr)
         return 2
     if bool(args.ssl_keyfile) != bool(args.ssl_certfile):
         print("llmsim: --ssl-keyfile and --ssl-certfile go together", file=sys.stderr)
@@ -173,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
                 checked_config=loaded,
                 dp_rank=rank if ports > 1 else None,
                 share=share,
+                replica=Replica(ordinal, count),
             )
             for rank in range(ports)
         ]

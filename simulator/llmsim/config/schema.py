@@ -7,9 +7,19 @@ CRD is generated from this schema (``make generate`` writes its JSON Schema, see
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 import llmsim_capacity
 from llmsim.errors import entry_label
@@ -217,8 +227,8 @@ def _int64_schema(schema: dict[str, Any]) -> None:
     schema["format"] = "int64"
 
 
-class Faults(_Section):
-    """Fault injection of one model (``faults:``); the same shape is PUT to ``/admin/faults``."""
+class FaultState(_Section):
+    """One fault state: a phase's ``set``, and what ``PUT /admin/faults`` takes."""
 
     # Faults are drawn from (seed, request id or request number): the same seed, the same faults.
     seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = Field(
@@ -245,6 +255,127 @@ class Faults(_Section):
     def enabled(self) -> bool:
         """Whether any request can get a fault (else the request path skips fault injection)."""
         return self.header_override or any(getattr(self.rates, kind) > 0 for kind in FAULT_KINDS)
+
+
+#: ``at`` of a timeline phase: seconds, or a duration such as ``500ms``, ``30s``, ``1.5m``, ``1h``.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: A timeline runs at most a day: longer is a typo (an ``h`` for an ``s``).
+MAX_TIMELINE_S = 86_400.0
+
+
+def duration_seconds(value: object) -> float:
+    """Seconds of a number or a duration string (``1m30s``); ValueError for anything else."""
+    if isinstance(value, bool):
+        raise ValueError("expected seconds or a duration such as 30s")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(DURATION_PATTERN, text):
+            return sum(float(n) * _DURATION_UNITS[u] for n, _, u in re.findall(r"([0-9]+(\.[0-9]+)?)(ms|s|m|h)", text))
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    raise ValueError(f"expected seconds or a duration such as 30s, 500ms, 1m30s; got {value!r}")
+
+
+def _seconds_schema(schema: dict[str, Any]) -> None:
+    """JSON Schema's names for the bounds: behind a BeforeValidator pydantic writes its own ``ge``/``le``."""
+    for ours, theirs in (("ge", "minimum"), ("le", "maximum")):
+        if ours in schema:
+            schema[theirs] = schema.pop(ours)
+
+
+Seconds = Annotated[
+    float,
+    BeforeValidator(duration_seconds),
+    Field(ge=0, le=MAX_TIMELINE_S, allow_inf_nan=False, json_schema_extra=_seconds_schema),
+]
+
+
+class FaultPhase(_Section):
+    """One step of a fault timeline: from ``at`` on, ``replicas`` get ``set`` and the others the base faults."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] = Field(
+        description="The phase's name (label ``phase`` of llmsim_fault_phase; unique in the timeline)."
+    )
+    at: Seconds = Field(
+        description="When the phase starts, in seconds from the timeline's start (models.yml also takes a "
+        "duration: 30s, 500ms, 1m30s).",
+    )
+    # Two fields, not one that is a list or a count: a CRD's structural schema has one type per field.
+    replicas: list[Annotated[int, Field(ge=0, description="A replica's ordinal (0-based).")]] | None = Field(
+        default=None,
+        description="The ordinals of the replicas that get ``set`` (left out, with no count: every replica).",
+    )
+    count: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="How many replicas get ``set``; which ones is a seeded draw, the same on every replica.",
+    )
+    set: FaultState | None = Field(
+        default=None,
+        description="The fault state of the chosen replicas (a faults entry; its seed defaults to the base's).",
+    )
+    clear: bool = Field(default=False, description="Every replica goes back to the base faults.")
+
+    @model_validator(mode="after")
+    def _set_or_clear(self) -> FaultPhase:
+        if self.clear == (self.set is not None):
+            raise ValueError("a phase takes either set or clear: true")
+        if self.replicas is not None and self.count is not None:
+            raise ValueError("a phase takes either replicas (ordinals) or count, not both")
+        if self.clear and (self.replicas is not None or self.count is not None):
+            raise ValueError("clear applies to every replica: leave replicas and count out")
+        return self
+
+
+class FaultTimeline(_Section):
+    """A schedule of fault states over time (``faults.timeline``), the same on every replica of a fleet."""
+
+    start: Literal["process", "admin"] = Field(
+        default="process",
+        description="When time 0 is: process, at startup (or when PUT to /admin/timeline); admin, at "
+        "POST /admin/timeline/start (a test starts every replica's timeline together).",
+    )
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**63)] = Field(
+        default=0,
+        description="Seed of the draw of which replicas a phase's count picks (a 64-bit integer).",
+        json_schema_extra=_int64_schema,
+    )
+    phases: list[FaultPhase] = Field(min_length=1, description="The phases, in time order.")
+
+    @model_validator(mode="after")
+    def _ordered_and_named_once(self) -> FaultTimeline:
+        names = [p.name for p in self.phases]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"phase name {name!r} is used twice")
+        if BASE_PHASE in names:
+            raise ValueError(f"phase name {BASE_PHASE!r} is reserved (the state before the first phase)")
+        ats = [p.at for p in self.phases]
+        if ats != sorted(ats):
+            raise ValueError("phases must be in time order (each at no earlier than the one before)")
+        return self
+
+
+#: The phase before a timeline's first one (and while it has not started).
+BASE_PHASE = "base"
+
+
+class Faults(FaultState):
+    """Fault injection of one model (``faults:``): the base state, and an optional timeline of others."""
+
+    timeline: FaultTimeline | None = Field(
+        default=None,
+        description="Fault states over time: phases that set some replicas' faults from a given second "
+        "(docs/faults.md#timelines).",
+    )
+
+    def state(self) -> FaultState:
+        """The base fault state, without the timeline."""
+        return FaultState.model_validate(self.model_dump(exclude={"timeline"}))
 
 
 class KVEvents(_Section):

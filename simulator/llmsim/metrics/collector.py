@@ -93,6 +93,16 @@ class VllmCollector(Collector):
             for kind, n in m.faults_injected.items():
                 faults.add_metric([m.name, m.engine, kind], n)
         yield faults
+        phased = [m for m in models if m.fault_phase_transitions]
+        if phased:
+            phase = GaugeMetricFamily(*f.FAULT_PHASE, labels=(*f.LABELS, "phase"))
+            transitions = CounterMetricFamily(*f.FAULT_PHASE_TRANSITIONS, labels=(*f.LABELS, "phase"))
+            for m in phased:
+                for name, n in m.fault_phase_transitions.items():
+                    phase.add_metric([m.name, m.engine, name], 1 if name == m.fault_phase else 0)
+                    transitions.add_metric([m.name, m.engine, name], n)
+            yield phase
+            yield transitions
         if legacy:
             for counter in f.LEGACY_COUNTERS:
                 yield _counter(counter, legacy)

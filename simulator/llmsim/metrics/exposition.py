@@ -135,6 +135,19 @@ class Exposition:
         for m, lines in models:
             for kind, n in m.faults_injected.items():
                 out += (lines.faults[kind], _int(n), "\n")
+        phased = [m for m, _ in models if m.fault_phase_transitions]
+        if phased:
+            # Only models with a fault timeline, a handful of phases: built per scrape, not cached.
+            add(_header(*f.FAULT_PHASE, "gauge"))
+            for m in phased:
+                for name in m.fault_phase_transitions:
+                    pairs = {"model_name": m.name, "engine": m.engine, "phase": name}
+                    add(f"{f.FAULT_PHASE[0]}{{{_labels(pairs)}}} {_int(1 if name == m.fault_phase else 0)}\n")
+            add(_header(f.FAULT_PHASE_TRANSITIONS[0] + "_total", f.FAULT_PHASE_TRANSITIONS[1], "counter"))
+            for m in phased:
+                for name, n in m.fault_phase_transitions.items():
+                    pairs = {"model_name": m.name, "engine": m.engine, "phase": name}
+                    add(f"{f.FAULT_PHASE_TRANSITIONS[0]}_total{{{_labels(pairs)}}} {_int(n)}\n")
         if legacy:
             self._counters(out, f.LEGACY_COUNTERS, legacy)
             self._histograms(out, f.LEGACY_HISTOGRAMS, legacy)

@@ -51,6 +51,9 @@ SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
 INFO = ("llmsim_info", "llmsim build information.")
 # Labelled by ``kind``; every kind listed from the start.
 FAULTS = ("llmsim_faults_injected", "Faults injected into requests (fault injection), by kind.")
+# Models with a fault timeline only, labelled by ``phase`` (every phase of the timeline, ``base`` first).
+FAULT_PHASE = ("llmsim_fault_phase", "Current phase of the fault timeline (1 for the current phase, 0 for the others).")
+FAULT_PHASE_TRANSITIONS = ("llmsim_fault_phase_transitions", "Times the fault timeline entered each phase.")
 
 COUNTERS: tuple[Family[int], ...] = (
     Family("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda m: m.prompt_tokens),

@@ -70,6 +70,10 @@ class ModelMetrics:
         self.prompt_tokens_recomputed = 0
         # llmsim_faults_injected_total{kind}: every kind from the start, so rate() has its zero.
         self.faults_injected = dict.fromkeys(FAULT_KINDS, 0)
+        # Fault timeline (models with one only): times each phase was entered, every phase from 0,
+        # and the current phase (llmsim_fault_phase is 1 for it, 0 for the others).
+        self.fault_phase_transitions: dict[str, int] = {}
+        self.fault_phase: str | None = None
         # vLLM's histograms.
         self.ttft = Histogram(buckets.TTFT_BUCKETS)
         self.itl = Histogram(buckets.TOKEN_LATENCY_BUCKETS)
@@ -186,6 +190,18 @@ class ModelMetrics:
     def count_fault(self, kind: str) -> None:
         """One injected fault of ``kind`` (the API's fault injection reports here)."""
         self.faults_injected[kind] += 1
+
+    def set_fault_phases(self, names: Sequence[str]) -> None:
+        """The phases of a new fault timeline (with ``base`` first); their transition counts start at 0."""
+        self.fault_phase_transitions = dict.fromkeys(names, 0) | {
+            k: v for k, v in self.fault_phase_transitions.items() if k in names
+        }
+        self.fault_phase = names[0] if names else None
+
+    def enter_fault_phase(self, name: str) -> None:
+        """The fault timeline entered phase ``name``."""
+        self.fault_phase = name
+        self.fault_phase_transitions[name] = self.fault_phase_transitions.get(name, 0) + 1
 
     def observe_lags(self, lags: Sequence[float]) -> None:
         """Release lags (release - simulated deadline) of one request's tokens."""

@@ -1,0 +1,125 @@
+"""The LiteLLM recipe (recipes/litellm/config.yaml) against three real replicas following a fault timeline.
+
+The same fleet as the Envoy recipe's test (recipes/envoy/models.yml: replica 1 answers 503 from 3 s to
+8 s) behind a LiteLLM proxy (the ``gateway`` extra, in its own venv: hack/gateway-venv.sh), loaded at
+10 requests a second for 14 s by ``llmsim verdict``'s run. Marked slow: the proxy takes about 50 s
+to start on two shared cores, past make test's budget; ``make test-slow`` runs it where a litellm
+executable is found (``LLMSIM_LITELLM``, else the one hack/gateway-venv.sh installed).
+
+Bounds, from the recipe's router_settings (``num_retries: 2``, ``allowed_fails: 1``, ``cooldown_time: 3``):
+
+- client error rate at most 1 %: a call that lands on the bad replica is tried again, and two
+  replicas are healthy;
+- cooled down within ``cooldown_time``: more than ``allowed_fails`` failures within a minute cool it
+  down (``allowed_fails`` differs from litellm's default 3, so the router counts failures rather than
+  a failure rate), and simple-shuffle sends it a third of ~10 attempts a second, so two reach it
+  within a few tenths of a second (20 attempts all missing it: (2/3)^20 < 0.1 %). LiteLLM counts a
+  failure and sets the cooldown in its failure callback, after the call, so attempts keep coming
+  meanwhile: at most ``allowed_fails`` + 1 + a second's worth of the whole load (``RATE``) reach it
+  first (6 in the run that set this bound);
+- taken back within ``cooldown_time`` + 2 s of the recovery: a cooldown lasts ``cooldown_time``,
+  then a third of the attempts go to it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from llmsim.benchmark.verdict import judge, render
+from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from tests.support.replica_fleet import start_replicas
+from tests.support.server import ServerProcess, free_port, stop_process
+
+pytestmark = pytest.mark.slow
+
+RECIPES = Path(__file__).parents[2] / "recipes"
+MODEL = "llama-3.1-8b"
+RATE, DURATION = 10.0, 14.0
+ERROR_BOUND = 0.01
+MASTER_KEY = f"sk-{secrets.token_hex(16)}"
+
+
+def litellm_executable() -> str | None:
+    given = os.environ.get("LLMSIM_LITELLM") or os.environ.get("E2E_LITELLM")
+    if given:
+        return given
+    cache = os.environ.get("LLMSIM_CACHE_DIR", os.path.expanduser("~/.cache/llmsim"))
+    found = sorted(glob.glob(f"{cache}/gateway/*/bin/litellm"))
+    return found[-1] if found else None
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[str, list[ServerProcess], dict[str, Any]]]:
+    litellm = litellm_executable()
+    if litellm is None or not os.access(litellm, os.X_OK):
+        pytest.skip("no litellm executable (hack/gateway-venv.sh installs one; or set LLMSIM_LITELLM)")
+    with ExitStack() as stack:
+        replicas = start_replicas(stack, tmp_path, (RECIPES / "envoy" / "models.yml").read_text(), 3)
+        config: dict[str, Any] = yaml.safe_load((RECIPES / "litellm" / "config.yaml").read_text())
+        for deployment, replica in zip(config["model_list"], replicas, strict=True):
+            deployment["litellm_params"]["api_base"] = f"{replica.base_url}/v1"
+        (tmp_path / "litellm.yaml").write_text(yaml.safe_dump(config))
+        port = free_port()
+        log = (tmp_path / "litellm.log").open("wb")
+        stack.callback(log.close)
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "WARNING", "NO_PROXY": "*",
+               "LITELLM_MASTER_KEY": MASTER_KEY}  # fmt: skip
+        command = [litellm, "--config", str(tmp_path / "litellm.yaml"), "--host", "127.0.0.1", "--port", str(port)]
+        proc = subprocess.Popen([*command, "--num_workers", "1"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        stack.callback(stop_process, proc)
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"litellm exited with {proc.returncode}:\n{(tmp_path / 'litellm.log').read_text()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health/liveliness", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("litellm not ready after 180 s")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", replicas, config
+
+
+def test_litellm_cools_the_bad_replica_down_hides_its_errors_and_takes_it_back(
+    fleet: tuple[str, list[ServerProcess], dict[str, Any]],
+) -> None:
+    gateway, replicas, config = fleet
+    settings = config["router_settings"]
+    cooldown = float(settings["cooldown_time"])
+    allowed_fails = int(settings["allowed_fails"])
+
+    # Warmed up: LiteLLM's first answers take seconds (it sets up a client per deployment).
+    run = VerdictRun(
+        gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION, api_key=MASTER_KEY, timeout=30, warmup=9
+    )
+    records, client = asyncio.run(verdict_run(run))
+    verdict = judge(records, client, DURATION, gap=1.0)
+    report = render(verdict)
+    print(report)
+
+    assert verdict.sent == int(RATE * DURATION)
+    assert verdict.error_rate <= ERROR_BOUND, report
+    down = verdict.phases[1]
+    bad = next(row for row in down.replicas if row.affected)
+    assert (bad.replica, bad.faults) == ("replica-1", bad.received)
+    (ejection,) = verdict.ejections
+    assert ejection.ejected_after_s is not None, report
+    assert ejection.ejected_after_s <= cooldown, report
+    assert ejection.requests_before_ejection <= allowed_fails + 1 + RATE, report
+    assert ejection.returned_after_s is not None, report
+    assert ejection.returned_after_s <= cooldown + 2.0, report
