@@ -9,6 +9,7 @@ guarded by resourceVersion, so the two writers never lose each other's updates.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
@@ -16,7 +17,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from llmsim_operator import conventions as c
 from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
@@ -257,11 +258,13 @@ async def reconcile(
     outcome.config_hash = children.config_hash
     sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
-        await sync.apply(children.config_map)
-        deployment = await sync.apply(children.deployment)
+        # Independent objects, applied together: one round trip of latency, not three. (A pod that
+        # starts before its ConfigMap exists waits for it: the kubelet retries the volume.)
+        _, deployment, _ = await _all(
+            sync.apply(children.config_map), sync.apply(children.deployment), sync.apply(children.service)
+        )
         if deployment is None:
             deployment = await _deployment(kube, namespace, name, known)
-        await sync.apply(children.service)
         warning = await _sync_service_monitor(sync, sim, children.service_monitor, uid)
         if warning:
             outcome.warnings.append(warning)
@@ -289,6 +292,15 @@ async def reconcile(
     )
     await _write(kube, body, result, deployment, options.now(), outcome)
     return outcome
+
+
+async def _all(*steps: Awaitable[Object | None]) -> list[Object | None]:
+    """Run ``steps`` together; when one fails, wait for the others, then raise the first failure."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[Object | None], results)
 
 
 async def desired_child(
@@ -348,12 +360,12 @@ class _Sync:
             and view.applied_hash == applied_hash(manifest)
         ):
             return None
+        # Recorded before the first await: children applied together are listed in the order asked.
+        self.outcome.applied.append(kind)
         if kind == "Deployment" and "replicas" not in manifest["spec"]:
             meta = manifest["metadata"]
             await _hand_over_replicas(self.kube, meta["namespace"], meta["name"])
-        applied = await self.kube.apply(manifest)
-        self.outcome.applied.append(kind)
-        return applied
+        return await self.kube.apply(manifest)
 
     async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
         """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
