@@ -33,6 +33,7 @@ from typing import Any, cast
 import kopf
 
 from llmsim_operator import conventions as c
+from llmsim_operator.inference_pool import CRDS as INFERENCE_CRDS
 from llmsim_operator.kube import ApiError, Kube, Object, load_configuration
 from llmsim_operator.options import OperatorOptions
 from llmsim_operator.reconciler import (
@@ -43,14 +44,18 @@ from llmsim_operator.reconciler import (
     child_drifted,
     child_view,
     controller_name,
+    known_key,
     reconcile,
     refresh_status,
 )
+from llmsim_operator.status import INFERENCE_POOL
 
 #: Retry delays after API failures: 5 s, 10 s, 20 s, ... capped at 5 minutes.
 _BACKOFF_BASE, _BACKOFF_CAP = 5.0, 300.0
 #: Seconds the readiness check may take (the pod's probe allows 5).
 _PROBE_TIMEOUT = 3.0
+#: Seconds an established CRD's API may take to appear in discovery.
+_DISCOVERY_WAITS = 15
 #: memo key set once kopf has logged in (its watches need those credentials).
 _LOGGED_IN = "logged_in"
 
@@ -65,6 +70,8 @@ CHILDREN: tuple[tuple[tuple[str, ...], str], ...] = (
     (("v1", "services"), "child_services"),
     (("policy", "poddisruptionbudgets"), "child_pdbs"),
     (("monitoring.coreos.com", "v1", "servicemonitors"), "child_servicemonitors"),
+    (("inference.networking.k8s.io", "v1", "inferencepools"), "child_inferencepools"),
+    (("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"), "child_inferenceobjectives"),
 )
 MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 
@@ -97,6 +104,10 @@ def _not_ours(labels: kopf.Labels, **_: Any) -> bool:
     return labels.get(c.LABEL_MANAGED_BY) != c.MANAGED_BY
 
 
+def _inference_crd(name: str, **_: Any) -> bool:
+    return name in INFERENCE_CRDS
+
+
 def _one(index: Mapping[Key, Any], key: Key) -> Any:
     """The first value stored under ``key`` in a kopf index, None if none."""
     return next(iter(index.get(key) or ()), None)
@@ -108,7 +119,7 @@ def known_children(indexes: Mapping[str, Any], namespace: str, name: str) -> dic
     for _, index_id in CHILDREN:
         index = indexes.get(index_id)
         for view in (index.get((namespace, name)) or ()) if index is not None else ():
-            known[view.kind] = view
+            known[known_key(view.kind, view.name)] = view
     return known
 
 
@@ -329,13 +340,52 @@ def register(registry: kopf.OperatorRegistry, options: OperatorOptions) -> None:
             # Our own apply's echo, or a Deployment's status update: nothing of ours can have drifted.
             if not kube.as_applied(body) and await child_drifted(kube, parent, body, reconcile_options):
                 await reconcile_from_index(kube, parent, kwargs, frozenset({view.kind}), f"{view.kind} changed")
-            elif view.kind == "Deployment":
+            elif view.kind == "Deployment" and not kube.is_echo(body):
+                # (The echo of our own apply: the reconcile that applied it writes the status from it.)
                 await refresh_status(kube, namespace, owner, view.summary, reconcile_options, current=parent)
         except (ReconcileError, ApiError) as exc:
             logger.warning("cannot follow %s %s/%s: %s", view.kind, namespace, view.name, exc)
 
     for selector, index_id in CHILDREN:
         kopf.on.event(*selector, id=f"{index_id}-changed", labels=MANAGED, registry=registry)(child_changed)
+
+    @kopf.on.event(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        id="inference-crds",
+        when=_inference_crd,
+        registry=registry,
+    )
+    async def inference_crd_changed(
+        type: str | None, body: kopf.Body, name: str, memo: kopf.Memo, **kwargs: Any
+    ) -> None:
+        # An InferencePool/InferenceObjective CRD installed (or removed) while the operator runs:
+        # discovery is cached, so forget it and reconcile the simulators whose pool is not in place.
+        if type is None:
+            return  # the initial listing: discovery answers the first reconciles
+        kube: Kube = memo["kube"]
+        established = any(
+            cond.get("type") == "Established" and cond.get("status") == "True"
+            for cond in (body.get("status") or {}).get("conditions") or []
+        )
+        if type == "DELETED" or not established:
+            kube.forget_api(INFERENCE_CRDS[name])
+            return
+        # Established comes a moment before discovery lists the new resource: wait for discovery.
+        group_version, plural = INFERENCE_CRDS[name], name.partition(".")[0]
+        for _ in range(_DISCOVERY_WAITS):
+            if await kube.api_exists(group_version, plural, refresh=True):
+                break
+            await asyncio.sleep(1.0)
+        for store in list(kwargs[SIMULATORS].values()):
+            for parent in list(store):
+                if "inferencePool" not in (parent.get("spec") or {}) or parent["metadata"].get("deletionTimestamp"):
+                    continue
+                conditions = (parent.get("status") or {}).get("conditions") or []
+                if any(d.get("type") == INFERENCE_POOL and d.get("status") == "True" for d in conditions):
+                    continue
+                await reconcile_from_index(kube, kube.fresher(parent), kwargs, frozenset(), f"CRD {name}")
 
     @kopf.on.event(
         "v1",

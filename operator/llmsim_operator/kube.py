@@ -29,6 +29,8 @@ _PLURALS = {
     "ServiceMonitor": "servicemonitors",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "LLMSimulator": "llmsimulators",
+    "InferencePool": "inferencepools",
+    "InferenceObjective": "inferenceobjectives",
 }
 _REQUEST_TIMEOUT = 30.0
 #: API requests of the operator's own client in flight at once (and its connection pool). Beyond
@@ -179,6 +181,12 @@ class Kube:
             while len(self._applied) > _APPLIED_KEPT:
                 self._applied.popitem(last=False)
         return result
+
+    def is_echo(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is exactly what this process's last apply of it returned (same resourceVersion)."""
+        meta = obj.get("metadata") or {}
+        record = self._applied.get((str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name"))))
+        return record is not None and meta.get("resourceVersion") == record[0]
 
     def as_applied(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` (a watch event's object) is as this process's last apply of it left it,

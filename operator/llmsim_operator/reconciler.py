@@ -20,11 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from llmsim_operator import conventions as c
+from llmsim_operator.inference_pool import (
+    OBJECTIVE_API,
+    OBJECTIVE_PLURAL,
+    POOL_API,
+    POOL_PLURAL,
+    PoolChildren,
+    render_pool,
+)
 from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
 from llmsim_operator.render import Children, Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
-from llmsim_operator.status import Reconciled, reconciled_status, with_deployment
+from llmsim_operator.status import INFERENCE_POOL, Condition, Reconciled, reconciled_status, with_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +105,17 @@ class ChildView:
     summary: Object | None = None
 
 
-#: The children the operator knows exist, by kind; None where nothing is known (then every child is applied).
+#: The children the operator knows exist, by :func:`known_key`; None where nothing is known (then every
+#: child is applied).
 Known = Mapping[str, ChildView]
+#: Kinds an LLMSimulator may have several of: known by kind and name.
+_MANY = frozenset({"InferenceObjective"})
+POOL_KINDS = ("InferencePool", "InferenceObjective")
+
+
+def known_key(kind: str, name: str) -> str:
+    """The key of a child in :data:`Known`: its kind, or kind/name for kinds it may have several of."""
+    return f"{kind}/{name}" if kind in _MANY else kind
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
@@ -269,6 +286,7 @@ async def reconcile(
         if warning:
             outcome.warnings.append(warning)
         await _sync_pod_disruption_budget(sync, sim, children.pod_disruption_budget, uid)
+        pool = await _sync_inference_pool(sync, sim, children, uid)
     except ApiError as exc:
         if namespace_gone(exc):
             # The namespace is going away with everything in it: nothing to repair, nothing to report.
@@ -289,6 +307,7 @@ async def reconcile(
         kv_cache_blocks=sim.kv_cache_blocks,
         config_hash=children.config_hash,
         problem=None,
+        pool=pool,
     )
     await _write(kube, body, result, deployment, options.now(), outcome)
     return outcome
@@ -304,7 +323,7 @@ async def _all(*steps: Awaitable[Object | None]) -> list[Object | None]:
 
 
 async def desired_child(
-    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options
+    kube: KubeApi, body: Mapping[str, Any], kind: str, api_version: str, options: Options, name: str = ""
 ) -> Object | None:
     """The stamped manifest of the ``kind`` child of LLMSimulator ``body``, as a reconcile would apply it.
 
@@ -316,22 +335,28 @@ async def desired_child(
     except InvalidSpec:
         return None
     children = _render(body, sim, responses, options.image)
-    manifest = {
-        "ConfigMap": children.config_map,
-        "Deployment": children.deployment,
-        "Service": children.service,
-        "ServiceMonitor": children.service_monitor,
-        "PodDisruptionBudget": children.pod_disruption_budget,
-    }.get(kind)
+    if kind in POOL_KINDS:
+        pool = _render_pool(sim, children, str(body["metadata"]["uid"]))
+        wanted = [pool.pool, *pool.objectives] if pool is not None else []
+        manifest = next((m for m in wanted if m["kind"] == kind and m["metadata"]["name"] == name), None)
+    else:
+        manifest = {
+            "ConfigMap": children.config_map,
+            "Deployment": children.deployment,
+            "Service": children.service,
+            "ServiceMonitor": children.service_monitor,
+            "PodDisruptionBudget": children.pod_disruption_budget,
+        }.get(kind)
     return stamped({**manifest, "apiVersion": api_version}) if manifest is not None else None
 
 
 async def child_drifted(kube: KubeApi, body: Mapping[str, Any], live: Mapping[str, Any], options: Options) -> bool:
     """Whether the child ``live`` of LLMSimulator ``body`` lost (or never had) what the operator applies."""
-    desired = await desired_child(kube, body, str(live.get("kind")), str(live.get("apiVersion")), options)
+    name = str((live.get("metadata") or {}).get("name"))
+    desired = await desired_child(kube, body, str(live.get("kind")), str(live.get("apiVersion")), options, name)
     if desired is None:
-        # Not wanted (a ServiceMonitor or budget the spec dropped) or not renderable: a reconcile decides.
-        return live.get("kind") in ("ServiceMonitor", "PodDisruptionBudget")
+        # Not wanted (a ServiceMonitor, budget or pool the spec dropped) or not renderable: a reconcile decides.
+        return live.get("kind") in ("ServiceMonitor", "PodDisruptionBudget", *POOL_KINDS)
     return not covers(desired, live)
 
 
@@ -344,14 +369,14 @@ class _Sync:
         self.kube, self.known, self.force, self.outcome = kube, known, force, outcome
         self.confirm_absent = confirm_absent
 
-    def view(self, kind: str) -> ChildView | None:
-        return self.known.get(kind) if self.known is not None else None
+    def view(self, kind: str, name: str = "") -> ChildView | None:
+        return self.known.get(known_key(kind, name)) if self.known is not None else None
 
     async def apply(self, manifest: Object) -> Object | None:
         """Apply ``manifest`` unless the known child already carries its hash; the applied object, or None."""
         manifest = stamped(manifest)
         kind = manifest["kind"]
-        view = self.view(kind)
+        view = self.view(kind, manifest["metadata"]["name"])
         if (
             self.known is not None
             and kind not in self.force
@@ -369,7 +394,7 @@ class _Sync:
 
     async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
         """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
-        view = self.view(kind)
+        view = self.view(kind, name)
         if self.known is not None and (view is not None or not self.confirm_absent):
             if view is None or view.owner_uid != owner_uid:
                 return
@@ -560,3 +585,56 @@ async def _sync_pod_disruption_budget(sync: _Sync, sim: SimulatorSpec, manifest:
         await sync.apply({**manifest, "apiVersion": api_version})
         return
     await sync.delete_owned(api_version, "PodDisruptionBudget", sim.namespace, sim.name, owner_uid)
+
+
+def _render_pool(sim: SimulatorSpec, children: Children, owner_uid: str) -> PoolChildren | None:
+    # The serving Deployments, whose pods the pool selects.
+    deployments = [children.deployment]
+    return render_pool(sim.name, sim.namespace, sim.spec, Owner(sim.name, owner_uid).reference(), deployments)
+
+
+async def _sync_inference_pool(sync: _Sync, sim: SimulatorSpec, children: Children, owner_uid: str) -> Condition | None:
+    """Apply the InferencePool and InferenceObjectives where their APIs are served, delete ours not wanted.
+
+    Returns the InferencePool condition (None: no pool wanted). Wanted but not served: discovery is
+    asked again each time (its CRD may have been installed since; the CRD watch also reconciles).
+    """
+    kube = sync.kube
+    wanted = _render_pool(sim, children, owner_uid)
+    wanted_objectives = {m["metadata"]["name"] for m in wanted.objectives} if wanted is not None else set()
+    for view in list((sync.known or {}).values()):
+        if view.kind == "InferenceObjective" and view.name not in wanted_objectives:
+            await sync.delete_owned(view.api_version, view.kind, sim.namespace, view.name, owner_uid)
+    if wanted is None:
+        if sync.view("InferencePool") is not None or (
+            sync.confirm_absent and await kube.api_exists(POOL_API, POOL_PLURAL)
+        ):
+            await sync.delete_owned(POOL_API, "InferencePool", sim.namespace, sim.name, owner_uid)
+        return None
+    if not await _served(kube, POOL_API, POOL_PLURAL):
+        return Condition(
+            INFERENCE_POOL,
+            False,
+            "APINotServed",
+            f"{POOL_API} InferencePool is not served (install the Gateway API Inference Extension CRDs): "
+            "nothing created",
+        )
+    await sync.apply(wanted.pool)
+    if wanted.problem is not None:
+        return Condition(INFERENCE_POOL, False, "InvalidObjective", wanted.problem)
+    if wanted.objectives:
+        if not await _served(kube, OBJECTIVE_API, OBJECTIVE_PLURAL):
+            return Condition(
+                INFERENCE_POOL,
+                False,
+                "ObjectivesNotServed",
+                f"pool {sim.name} created; {OBJECTIVE_API} InferenceObjective is not served: no objectives",
+            )
+        await _all(*(sync.apply(m) for m in wanted.objectives))
+    count = len(wanted.objectives)
+    return Condition(INFERENCE_POOL, True, "Created", f"pool {sim.name} and {count} objective(s) applied")
+
+
+async def _served(kube: KubeApi, group_version: str, plural: str) -> bool:
+    """Whether ``plural`` is served, asking discovery again when the cached answer is no."""
+    return await kube.api_exists(group_version, plural) or await kube.api_exists(group_version, plural, refresh=True)

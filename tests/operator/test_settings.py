@@ -68,7 +68,11 @@ def test_register_watches_children_and_polls_nothing() -> None:
     indexes = {h.id for h in registry._indexing.get_all_handlers()}
     assert indexes == {SIMULATORS, RESPONSES_REFS} | {index_id for _, index_id in CHILDREN}
     watchers = {h.id for h in registry._watching.get_all_handlers()}
-    assert watchers == {f"{index_id}-changed" for _, index_id in CHILDREN} | {"responses-changed", "reconcile"}
+    assert watchers == {f"{index_id}-changed" for _, index_id in CHILDREN} | {
+        "responses-changed",
+        "reconcile",
+        "inference-crds",
+    }
 
 
 def test_a_reconcile_is_needed_for_an_unobserved_spec_or_a_failed_apply() -> None:
