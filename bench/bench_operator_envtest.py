@@ -44,6 +44,7 @@ from bench.bench_operator_fleet import bulk_manifest, converged  # noqa: E402
 from llmsim_operator.crd import custom_resource_definition  # noqa: E402
 
 client: Any = kubernetes.client
+config: Any = kubernetes.config
 GOAL_S = 10.0
 _PAGE = os.sysconf("SC_CLK_TCK")
 
@@ -117,7 +118,7 @@ def run(count: int, timeout: float, profile: Path | None, out: Path, operator_ro
     # A /16 of Service addresses: envtest's default /24 runs out at 254 Services.
     with EnvTest(extra_apiserver_args=("--service-cluster-ip-range=10.0.0.0/16",)) as env:
         KUBECONFIG = str(env.kubeconfig_path)
-        api = kubernetes.config.new_client_from_config(str(env.kubeconfig_path))
+        api = config.new_client_from_config(str(env.kubeconfig_path))
         client.ApiextensionsV1Api(api).create_custom_resource_definition(custom_resource_definition())
         time.sleep(2)  # the CRD established
         install_rbac(api)

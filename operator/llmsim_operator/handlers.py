@@ -10,12 +10,15 @@ What the operator watches, and why (nothing is polled):
   keeps each one's spec and status (:func:`simulator_view`), so the child watches can render and
   compare without a read. NOTE: not kopf's create/update/resume handlers: those store a diff-base
   annotation (one PATCH, one more watch event per change) that the generation already tells.
-- Its children (ConfigMap, Deployment, Service, PodDisruptionBudget, ServiceMonitor), filtered by
+- Its children (ConfigMap, Deployment, Service, PodDisruptionBudget, ServiceMonitor, InferencePool,
+  InferenceObjective), filtered by
   the managed-by label on the server's side: one index per kind keeps a :class:`ChildView` of each
   (its applied-hash, owner, and for Deployments the status fields), so a reconcile where nothing
   changed applies nothing; an event handler repairs a child deleted or changed by someone else,
   and copies Deployment status into the LLMSimulator's.
 - ConfigMaps named by ``spec.responses.configMapRef``: an edit re-renders the simulators using them.
+- The two Gateway API Inference Extension CRDs: installed while the operator runs, they make it
+  reconcile the simulators whose pool waits for them (discovery is otherwise cached).
 
 kopf fills every index before any handler runs, so at a restart the resume handlers already know
 what exists: a fleet that did not change while the operator was away costs no API call, and no
