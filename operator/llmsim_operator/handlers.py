@@ -20,7 +20,7 @@ What the operator watches, and why (nothing is polled):
 - The two Gateway API Inference Extension CRDs: installed while the operator runs, they make it
   reconcile the simulators whose pool waits for them (discovery is otherwise cached).
 
-kopf fills every index before any handler runs, so at a restart the resume handlers already know
+kopf fills every index before any handler runs, so at a restart the first reconciles already know
 what exists: a fleet that did not change while the operator was away costs no API call, and no
 finalizer is needed (children carry owner references: the garbage collector deletes them).
 """
