@@ -147,9 +147,12 @@ def run(count: int, timeout: float, profile: Path | None, out: Path, operator_ro
             start = time.perf_counter()
             kubectl_apply(manifest)
             applied, cpu_at_applied = time.perf_counter(), cpu_seconds(pid)
-            converged_s = None
+            converged_s = poll_s = None
             while time.perf_counter() - applied < timeout:
-                if converged(api, ns, set(names)):
+                polled = time.perf_counter()
+                done = converged(api, ns, set(names))
+                poll_s = time.perf_counter() - polled
+                if done:
                     converged_s = time.perf_counter() - applied
                     break
                 time.sleep(0.5)
@@ -163,6 +166,9 @@ def run(count: int, timeout: float, profile: Path | None, out: Path, operator_ro
                 "bulk_apply_s": round(applied - start, 1),
                 "converge_after_apply_s": None if converged_s is None else round(converged_s, 1),
                 "goal_s": GOAL_S,
+                # Seconds the last convergence check took (listing every LLMSimulator and Deployment):
+                # convergence is seen up to that much late.
+                "last_poll_s": None if poll_s is None else round(poll_s, 1),
                 "operator_cpu_s": round(cpu, 1),
                 "operator_cpu_ms_per_sim": round(1000 * cpu / count, 1),
                 # CPU seconds after kubectl returned: close to converge_after_apply_s means the operator's
