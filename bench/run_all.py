@@ -55,6 +55,12 @@ def _no_cluster() -> str | None:
     return None if os.environ.get("KUBECONFIG") else "needs a cluster with the operator (set KUBECONFIG)"
 
 
+def _no_envtest() -> str | None:
+    return (
+        None if os.environ.get("KUBEBUILDER_ASSETS") else "needs envtest (KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh))"
+    )
+
+
 #: One entry per bench/bench_*.py (a test checks none is missing), then the experiments.
 BENCHES: dict[str, Bench] = {
     "matcher": Bench(("bench/bench_matcher.py",)),
@@ -89,6 +95,11 @@ BENCHES: dict[str, Bench] = {
         ("bench/bench_operator_fleet.py",),
         quick=("--count", "3", "--timeout", "120"),
         unavailable=_no_cluster,
+    ),
+    "operator_envtest": Bench(
+        ("bench/bench_operator_envtest.py",),
+        quick=("--quick",),
+        unavailable=_no_envtest,
     ),
     "soak": Bench(("bench/bench_soak.py",), quick=("--minutes", "1")),
     "dp_density": Bench(("bench/bench_dp_density.py",), quick=("--quick",)),

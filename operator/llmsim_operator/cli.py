@@ -11,6 +11,7 @@ kopf or a Kubernetes client (``run`` needs the ``[operator]`` extra and says so)
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -107,6 +108,10 @@ def run(options: OperatorOptions, verbose: bool = False) -> None:
         raise SystemExit(f"llmsim-operator: 'run' needs the operator extra ({_OPERATOR_EXTRA}): {exc}") from None
 
     kopf.configure(log_format=kopf.LogFormat.PLAIN, verbose=verbose, log_prefix=True)
+    if not verbose:
+        # kopf logs every handler call per object at INFO ("Handler ... succeeded"): thousands of
+        # lines, and their formatting, per bulk apply. The operator logs what it changed itself.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
     register(registry, options)
     settings = kopf.OperatorSettings()

@@ -389,6 +389,49 @@ _AUTOSCALING = _obj(
     default={},
 )
 
+_INFERENCE_POOL = _obj(
+    "A Gateway API Inference Extension InferencePool (inference.networking.k8s.io/v1) selecting exactly this "
+    "fleet's serving pods (targetPorts: their ports named http and http-<n>), and InferenceObjectives "
+    "(inference.networking.x-k8s.io/v1alpha2) pointing at it; created only while those APIs are served "
+    "(condition InferencePool says which).",
+    {
+        "endpointPickerRef": _obj(
+            "The pool's Endpoint Picker, as InferencePool's spec.endpointPickerRef.",
+            {
+                "group": _str("API group of the picker (empty: the core group, for a Service)."),
+                "kind": _str("Kind of the picker.", default="Service"),
+                "name": _str("Name of the picker."),
+                "port": _obj(
+                    "Port of the picker (required for a Service).",
+                    {"number": _int("Port number.", maximum=65535)},
+                    required=["number"],
+                ),
+                "failureMode": _str(
+                    "What the gateway does when the picker fails.", enum=["FailOpen", "FailClose"], default="FailClose"
+                ),
+            },
+            required=["name"],
+        ),
+        "appProtocol": _str("Protocol to the model servers.", enum=["http", "kubernetes.io/h2c"]),
+        "objectives": {
+            "type": "array",
+            "description": "One InferenceObjective per entry, for the model or one of its LoRA adapters.",
+            "items": _obj(
+                "An InferenceObjective.",
+                {
+                    "model": _str("model.name or a lora.adapters name (default: model.name)."),
+                    "name": _str(
+                        "Its name, which requests send in x-gateway-inference-objective (default: the model's "
+                        "name as a DNS-1123 name).",
+                        pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                    ),
+                    "priority": _int("Priority against other objectives of the pool (higher first).", minimum=None),
+                },
+            ),
+        },
+    },
+)
+
 #: The spec's own models.yml fields: engine, legacyMetrics, faults, startupSeconds, lora, ...
 _MODELS_TOP = MODELS.properties("")
 # models.yml requires an engine; an LLMSimulator gets the scheduler unless it says otherwise.
@@ -438,6 +481,7 @@ SPEC_SCHEMA = _obj(
         "podTemplate": _POD_TEMPLATE,
         "service": _SERVICE,
         "monitoring": _MONITORING,
+        "inferencePool": _INFERENCE_POOL,
     },
     required=["model"],
     **attach(RULE_SCHEDULER_MODEL, RULE_DISAGGREGATION_ENGINE, RULE_DATA_PARALLEL_ENGINE),

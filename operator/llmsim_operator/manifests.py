@@ -49,6 +49,18 @@ RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], str], ...]
         ("get", "list", "watch", "create", "patch", "delete"),
         "optional PodDisruptionBudget",
     ),
+    (
+        ("inference.networking.k8s.io",),
+        ("inferencepools",),
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "optional InferencePool",
+    ),
+    (
+        ("inference.networking.x-k8s.io",),
+        ("inferenceobjectives",),
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "optional InferenceObjectives",
+    ),
     (("", "events.k8s.io"), ("events",), ("create", "patch"), "kopf posts events"),
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), "kopf notices CRD changes"),
 )

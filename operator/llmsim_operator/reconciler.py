@@ -9,6 +9,7 @@ guarded by resourceVersion, so the two writers never lose each other's updates.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
@@ -16,14 +17,22 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from llmsim_operator import conventions as c
+from llmsim_operator.inference_pool import (
+    OBJECTIVE_API,
+    OBJECTIVE_PLURAL,
+    POOL_API,
+    POOL_PLURAL,
+    PoolChildren,
+    render_pool,
+)
 from llmsim_operator.kube import ApiError, KubeApi, Object, namespace_gone
 from llmsim_operator.render import Children, Owner, endpoint, render_children
 from llmsim_operator.simulator_config import config_data
 from llmsim_operator.spec import InvalidSpec, SimulatorSpec, parse_spec
-from llmsim_operator.status import Fleet, Reconciled, reconciled_status, with_deployment
+from llmsim_operator.status import INFERENCE_POOL, Condition, Fleet, Reconciled, reconciled_status, with_deployment
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +108,10 @@ class ChildView:
 #: The children the operator knows exist, by :func:`known_key`; None where nothing is known (then every
 #: child is applied).
 Known = Mapping[str, ChildView]
-#: Kinds an LLMSimulator may have several of: known by kind and name (a Deployment and Service per role).
-_MANY = frozenset({"Deployment", "Service"})
+#: Kinds an LLMSimulator may have several of: known by kind and name (a Deployment and Service per
+#: role, an InferenceObjective per model and adapter).
+_MANY = frozenset({"Deployment", "Service", "InferenceObjective"})
+POOL_KINDS = ("InferencePool", "InferenceObjective")
 
 
 def known_key(kind: str, name: str) -> str:
@@ -266,10 +277,18 @@ async def reconcile(
     outcome.config_hash = children.config_hash
     sync = _Sync(kube, known, force, outcome, confirm_absent)
     try:
-        await sync.apply(children.config_map)
-        applied = {m["metadata"]["name"]: await sync.apply(m) for m in children.deployments}
-        for manifest in children.services:
-            await sync.apply(manifest)
+        # Independent objects, applied together: one round trip of latency, not one per object. (A pod
+        # that starts before its ConfigMap exists waits for it: the kubelet retries the volume.)
+        deployments = children.deployments
+        results = await _all(
+            sync.apply(children.config_map),
+            *(sync.apply(m) for m in deployments),
+            *(sync.apply(m) for m in children.services),
+        )
+        applied = {
+            m["metadata"]["name"]: result
+            for m, result in zip(deployments, results[1 : 1 + len(deployments)], strict=True)
+        }
         # A switch between the aggregated and the disaggregated form leaves the other form's children.
         for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
             for stale in _role_names(name):
@@ -281,6 +300,7 @@ async def reconcile(
         if warning:
             outcome.warnings.append(warning)
         await _sync_pod_disruption_budget(sync, sim, children.pod_disruption_budget, uid)
+        pool = await _sync_inference_pool(sync, sim, children, uid)
     except ApiError as exc:
         if namespace_gone(exc):
             # The namespace is going away with everything in it: nothing to repair, nothing to report.
@@ -305,6 +325,7 @@ async def reconcile(
         config_hash=children.config_hash,
         problem=None,
         role_endpoints={r: endpoint(sim, r) for r in sim.roles} if disaggregated else {},
+        pool=pool,
     )
     await _write(kube, body, result, fleet, options.now(), outcome)
     return outcome
@@ -318,6 +339,15 @@ def _selector(name: str, spec: Mapping[str, Any]) -> str:
 def _role_names(name: str) -> list[str]:
     """Every Deployment and Service name either form of an LLMSimulator may have had."""
     return [c.role_name(name, role) for role in (c.AGGREGATED, *c.DISAGGREGATED_ROLES)]
+
+
+async def _all(*steps: Awaitable[Object | None]) -> list[Object | None]:
+    """Run ``steps`` together; when one fails, wait for the others, then raise the first failure."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[Object | None], results)
 
 
 async def desired_child(
@@ -334,12 +364,17 @@ async def desired_child(
     except InvalidSpec:
         return None
     children = _render(body, sim, responses, options.image)
-    if not name:
-        one = {"Deployment": children.deployment, "Service": children.service}.get(kind)
-        name = one["metadata"]["name"] if one is not None else sim.name
-    if kind == "ConfigMap":
-        name = c.configmap_name(sim.name)
-    manifest = children.named(kind, name)
+    if kind in POOL_KINDS:
+        pool = _render_pool(sim, children, str(body["metadata"]["uid"]))
+        wanted = [pool.pool, *pool.objectives] if pool is not None else []
+        manifest = next((m for m in wanted if m["kind"] == kind and m["metadata"]["name"] == name), None)
+    else:
+        if not name:
+            one = {"Deployment": children.deployment, "Service": children.service}.get(kind)
+            name = one["metadata"]["name"] if one is not None else sim.name
+        if kind == "ConfigMap":
+            name = c.configmap_name(sim.name)
+        manifest = children.named(kind, name)
     return stamped({**manifest, "apiVersion": api_version}) if manifest is not None else None
 
 
@@ -348,9 +383,9 @@ async def child_drifted(kube: KubeApi, body: Mapping[str, Any], live: Mapping[st
     kind, name = str(live.get("kind")), str((live.get("metadata") or {}).get("name"))
     desired = await desired_child(kube, body, kind, str(live.get("apiVersion")), options, name)
     if desired is None:
-        # Not wanted (a ServiceMonitor or budget the spec dropped, the other form's Deployment or Service)
-        # or not renderable: a reconcile decides.
-        return kind in ("ServiceMonitor", "PodDisruptionBudget", "Deployment", "Service")
+        # Not wanted (a ServiceMonitor, budget or pool the spec dropped, the other form's Deployment or
+        # Service) or not renderable: a reconcile decides.
+        return kind in ("ServiceMonitor", "PodDisruptionBudget", "Deployment", "Service", *POOL_KINDS)
     return not covers(desired, live)
 
 
@@ -379,12 +414,12 @@ class _Sync:
             and view.applied_hash == applied_hash(manifest)
         ):
             return None
+        # Recorded before the first await: children applied together are listed in the order asked.
+        self.outcome.applied.append(kind)
         if kind == "Deployment" and "replicas" not in manifest["spec"]:
             meta = manifest["metadata"]
             await _hand_over_replicas(self.kube, meta["namespace"], meta["name"])
-        applied = await self.kube.apply(manifest)
-        self.outcome.applied.append(kind)
-        return applied
+        return await self.kube.apply(manifest)
 
     async def delete_owned(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> None:
         """Delete our ``kind`` child if it exists (known, or else read from the API server)."""
@@ -608,3 +643,56 @@ async def _sync_pod_disruption_budget(sync: _Sync, sim: SimulatorSpec, manifest:
         await sync.apply({**manifest, "apiVersion": api_version})
         return
     await sync.delete_owned(api_version, "PodDisruptionBudget", sim.namespace, sim.name, owner_uid)
+
+
+def _render_pool(sim: SimulatorSpec, children: Children, owner_uid: str) -> PoolChildren | None:
+    # The serving Deployments, whose pods the pool selects.
+    deployments = list(children.deployments)
+    return render_pool(sim.name, sim.namespace, sim.spec, Owner(sim.name, owner_uid).reference(), deployments)
+
+
+async def _sync_inference_pool(sync: _Sync, sim: SimulatorSpec, children: Children, owner_uid: str) -> Condition | None:
+    """Apply the InferencePool and InferenceObjectives where their APIs are served, delete ours not wanted.
+
+    Returns the InferencePool condition (None: no pool wanted). Wanted but not served: discovery is
+    asked again each time (its CRD may have been installed since; the CRD watch also reconciles).
+    """
+    kube = sync.kube
+    wanted = _render_pool(sim, children, owner_uid)
+    wanted_objectives = {m["metadata"]["name"] for m in wanted.objectives} if wanted is not None else set()
+    for view in list((sync.known or {}).values()):
+        if view.kind == "InferenceObjective" and view.name not in wanted_objectives:
+            await sync.delete_owned(view.api_version, view.kind, sim.namespace, view.name, owner_uid)
+    if wanted is None:
+        if sync.view("InferencePool") is not None or (
+            sync.confirm_absent and await kube.api_exists(POOL_API, POOL_PLURAL)
+        ):
+            await sync.delete_owned(POOL_API, "InferencePool", sim.namespace, sim.name, owner_uid)
+        return None
+    if not await _served(kube, POOL_API, POOL_PLURAL):
+        return Condition(
+            INFERENCE_POOL,
+            False,
+            "APINotServed",
+            f"{POOL_API} InferencePool is not served (install the Gateway API Inference Extension CRDs): "
+            "nothing created",
+        )
+    await sync.apply(wanted.pool)
+    if wanted.problem is not None:
+        return Condition(INFERENCE_POOL, False, "InvalidObjective", wanted.problem)
+    if wanted.objectives:
+        if not await _served(kube, OBJECTIVE_API, OBJECTIVE_PLURAL):
+            return Condition(
+                INFERENCE_POOL,
+                False,
+                "ObjectivesNotServed",
+                f"pool {sim.name} created; {OBJECTIVE_API} InferenceObjective is not served: no objectives",
+            )
+        await _all(*(sync.apply(m) for m in wanted.objectives))
+    count = len(wanted.objectives)
+    return Condition(INFERENCE_POOL, True, "Created", f"pool {sim.name} and {count} objective(s) applied")
+
+
+async def _served(kube: KubeApi, group_version: str, plural: str) -> bool:
+    """Whether ``plural`` is served, asking discovery again when the cached answer is no."""
+    return await kube.api_exists(group_version, plural) or await kube.api_exists(group_version, plural, refresh=True)

@@ -16,6 +16,8 @@ CHILD_SELECTORS: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
     ("v1", "services"),
     ("policy", "poddisruptionbudgets"),
     ("monitoring.coreos.com", "v1", "servicemonitors"),
+    ("inference.networking.k8s.io", "v1", "inferencepools"),
+    ("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
 )
 
 

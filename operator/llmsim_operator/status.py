@@ -14,7 +14,9 @@ from typing import Any
 READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (READY, PROGRESSING, DEGRADED)
+#: Present only while spec.inferencePool is set (see inference_pool.py).
+INFERENCE_POOL = "InferencePool"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, INFERENCE_POOL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,8 @@ class Reconciled:
     problem: tuple[str, str] | None
     # A disaggregated fleet's Service URL per role (empty when aggregated, or not rendered).
     role_endpoints: Mapping[str, str] = field(default_factory=dict)
+    # The InferencePool condition; None: no pool wanted (the condition is removed).
+    pool: Condition | None = None
 
 
 def _merge_condition(previous: list[dict[str, Any]], new: Condition, now: str) -> dict[str, Any]:
@@ -179,7 +183,10 @@ def reconciled_status(
         degraded = Condition(DEGRADED, False, "Reconciled", "all children applied")
     else:
         degraded = Condition(DEGRADED, True, *result.problem)
-    out["conditions"] = _set_conditions(previous.get("conditions") or [], [degraded], now)
+    kept = previous.get("conditions") or []
+    if result.rendered and result.pool is None:
+        kept = [p for p in kept if p.get("type") != INFERENCE_POOL]
+    out["conditions"] = _set_conditions(kept, [degraded, *([result.pool] if result.pool else [])], now)
     if result.rendered and result.role_endpoints:
         out["roles"] = {role: {"endpoint": url} for role, url in result.role_endpoints.items()}
     elif "roles" in previous:

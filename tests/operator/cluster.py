@@ -118,8 +118,10 @@ def service_account_kubeconfig(
 class OperatorProcess:
     """``python -m llmsim_operator run`` as a child process, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, *args: str, prelude: str = "") -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, *args: str, prelude: str = "", root: Path = ROOT) -> None:
         self.kubeconfig = kubeconfig
+        # The checkout whose operator runs (the benches compare another tree's with this one's).
+        self.root = root
         self.log_path = log_path
         self.args = args
         # Python run before the CLI in the same interpreter (e.g. to break getpass as uid 65532 has it).
@@ -130,7 +132,7 @@ class OperatorProcess:
     def start(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "operator"), str(ROOT / "simulator"), env.get("PYTHONPATH", "")]
+            [str(self.root / "operator"), str(self.root / "simulator"), env.get("PYTHONPATH", "")]
         )
         env["KUBECONFIG"] = str(self.kubeconfig)
         entry = ["-m", "llmsim_operator"]

@@ -27,6 +27,8 @@ class FakeKube:
         self.monitoring = monitoring
         # policy/v1 PodDisruptionBudgets (Kubernetes >= 1.21); else only policy/v1beta1.
         self.policy_v1 = policy_v1
+        # Other optional APIs served: (group version, plural).
+        self.served: set[tuple[str, str]] = set()
         self.applied: list[tuple[str, Object]] = []
         self.deleted: list[Key] = []
         self.status_writes = 0
@@ -110,6 +112,8 @@ class FakeKube:
     async def api_exists(self, group_version: str, plural: str, *, refresh: bool = False) -> bool:
         if (group_version, plural) == ("policy/v1", "poddisruptionbudgets"):
             return self.policy_v1
+        if (group_version, plural) in self.served:
+            return True
         return self.monitoring and (group_version, plural) == ("monitoring.coreos.com/v1", "servicemonitors")
 
     def calls(self) -> tuple[int, int, int, int]:

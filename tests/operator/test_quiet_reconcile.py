@@ -205,3 +205,27 @@ async def test_switching_form_deletes_the_other_forms_deployments_and_services()
         ("Deployment", "llama"),
         ("Service", "llama"),
     }
+
+
+async def test_a_child_event_as_the_operator_applied_it_needs_no_drift_check() -> None:
+    path = "/apis/apps/v1/namespaces/n/deployments/d"
+    owner = [{"kind": "LLMSimulator", "name": "d", "uid": "u", "controller": True}]
+    applied = {"labels": {"a": "1"}, "annotations": {"h": "x"}, "ownerReferences": owner}
+    kube = CountingKube({path: {"metadata": {"namespace": "n", "name": "d", "resourceVersion": "5", "generation": 2, **applied}}})  # fmt: skip
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"}}
+
+    def event(version: str, generation: int, **meta: Any) -> dict[str, Any]:
+        return {"kind": "Deployment", "metadata": {"namespace": "n", "name": "d", "resourceVersion": version,
+                                                   "generation": generation, **applied, **meta}}  # fmt: skip
+
+    assert not kube.as_applied(event("5", 2))  # nothing applied by this process yet (e.g. after a restart)
+    await kube.apply(deployment)
+    assert kube.is_echo(event("5", 2))
+    assert kube.as_applied(event("5", 2))
+    # The controller-manager's status update: a new version, the same generation and marks.
+    assert not kube.is_echo(event("6", 2))
+    assert kube.as_applied(event("6", 2, annotations={"h": "x", "deployment.kubernetes.io/revision": "1"}))
+    # Someone changed the spec, took a label or the owner: look for drift.
+    assert not kube.as_applied(event("7", 3))
+    assert not kube.as_applied(event("7", 2, labels={}))
+    assert not kube.as_applied(event("7", 2, ownerReferences=[]))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import kopf
 import pytest
 
 import llmsim_operator
 from llmsim_operator.cli import _parser, options_from_args
-from llmsim_operator.handlers import CHILDREN, RESPONSES_REFS, SIMULATORS, backoff, register
+from llmsim_operator.handlers import CHILDREN, RESPONSES_REFS, SIMULATORS, backoff, needs_reconcile, register
 from llmsim_operator.options import OperatorOptions
 from llmsim_operator.settings import CHILD_SELECTORS, configure
 
@@ -60,15 +61,33 @@ def test_register_watches_children_and_polls_nothing() -> None:
     registry = kopf.OperatorRegistry()
     register(registry, OperatorOptions())
     assert {h.id for h in registry._activities.get_all_handlers()} == {"login", "connect", "disconnect", "api"}
-    changing = registry._changing.get_all_handlers()
-    assert {h.id for h in changing} == {"reconcile"}
-    # No timer or daemon: nothing runs per object unless an event arrives (and so no finalizer).
+    # No change handler (kopf would store a diff-base annotation per change), no timer or daemon:
+    # nothing runs per object unless an event arrives, and nothing asks for a finalizer.
+    assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []
-    assert not any(getattr(h, "requires_finalizer", False) for h in changing)
     indexes = {h.id for h in registry._indexing.get_all_handlers()}
     assert indexes == {SIMULATORS, RESPONSES_REFS} | {index_id for _, index_id in CHILDREN}
     watchers = {h.id for h in registry._watching.get_all_handlers()}
-    assert watchers == {f"{index_id}-changed" for _, index_id in CHILDREN} | {"responses-changed"}
+    assert watchers == {f"{index_id}-changed" for _, index_id in CHILDREN} | {
+        "responses-changed",
+        "reconcile",
+        "inference-crds",
+    }
+
+
+def test_a_reconcile_is_needed_for_an_unobserved_spec_or_a_failed_apply() -> None:
+    def sim(generation: int, status: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"generation": generation}, "status": status}
+
+    def degraded(reason: str) -> dict[str, Any]:
+        return {"type": "Degraded", "status": "True" if reason != "Reconciled" else "False", "reason": reason}
+
+    assert needs_reconcile(sim(1, {}))  # never reconciled
+    assert needs_reconcile(sim(2, {"observedGeneration": 1}))  # a newer spec
+    assert not needs_reconcile(sim(2, {"observedGeneration": 2, "conditions": [degraded("Reconciled")]}))
+    assert needs_reconcile(sim(2, {"observedGeneration": 2, "conditions": [degraded("ApplyFailed")]}))
+    # An invalid spec is reported and waits for the next spec: reconciling again would say the same.
+    assert not needs_reconcile(sim(2, {"observedGeneration": 2, "conditions": [degraded("InvalidSpec")]}))
 
 
 def test_children_are_watched_by_label_on_the_server_side() -> None:
