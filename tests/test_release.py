@@ -1,10 +1,11 @@
 """`make release` (hack/release.sh): its fast, offline artifacts, checked for what they claim to be.
 
 The release script runs for real into a temporary directory with the parts that take a second
-(``install.yaml`` and the Helm chart; the images, the wheels and the mypyc build take minutes and
-run in the release workflow, docs/releasing.md), then each artifact is read back by an independent
-reader: PyYAML for the install manifest, tarfile and Helm's own engine for the chart archive, hashlib
-for SHA256SUMS. The refusals (another version, a dirty tree, a used directory) run against the same
+(``install.yaml`` and the Helm chart), then each artifact is read back by an independent reader:
+PyYAML for the install manifest, tarfile and Helm's own engine for the chart archive, hashlib for
+SHA256SUMS. The sdist and both wheels take minutes (the mypyc build): their test is marked slow
+(make test-slow) and reads them with tarfile and zipfile. The images run in the release workflow
+only (docs/releasing.md). The refusals (another version, a dirty tree, a used directory) run against the same
 script.
 """
 
@@ -13,10 +14,13 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,7 @@ SIMULATOR_IMAGE = f"ghcr.io/llmsim/llmsim:{__version__}"
 
 
 def release(
-    version: str, dist: Path, parts: str, root: Path = ROOT, dirty_ok: bool = True
+    version: str, dist: Path, parts: str, root: Path = ROOT, dirty_ok: bool = True, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHON": sys.executable, "RELEASE_PARTS": parts}
     env.pop("RELEASE_ALLOW_DIRTY", None)
@@ -46,9 +50,22 @@ def release(
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
+
+
+def sha256sums(dist: Path) -> dict[str, str]:
+    """SHA256SUMS as name -> digest (sha256sum's text format, which `sha256sum -c` reads)."""
+    listed = {}
+    for line in (dist / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        listed[name] = digest
+    return listed
+
+
+def digests(dist: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dist.iterdir() if p.name != "SHA256SUMS"}
 
 
 @pytest.fixture(scope="module")
@@ -110,13 +127,7 @@ def test_the_chart_archive_is_the_chart_at_the_release_version(dist: Path) -> No
 
 
 def test_sha256sums_lists_every_other_file_with_its_digest(dist: Path) -> None:
-    listed = {}
-    for line in (dist / "SHA256SUMS").read_text().splitlines():
-        digest, name = line.split("  ", 1)  # sha256sum's text format: `sha256sum -c` reads it
-        listed[name] = digest
-    assert listed == {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in dist.iterdir() if path.name != "SHA256SUMS"
-    }
+    assert sha256sums(dist) == digests(dist)
 
 
 def test_a_version_other_than_the_codes_is_refused(tmp_path: Path) -> None:
@@ -161,3 +172,48 @@ def test_uncommitted_changes_are_refused_and_a_clean_tree_passes(tmp_path: Path)
     assert "uncommitted changes" in refused.stderr
     assert " M simulator/llmsim/__init__.py" in refused.stderr
     assert "?? stray.txt" in refused.stderr
+
+
+def wheel_text(wheel: zipfile.ZipFile, name: str) -> str:
+    return wheel.read(f"llmsim-{__version__}.dist-info/{name}").decode()
+
+
+@pytest.mark.slow
+def test_the_sdist_the_wheel_and_the_compiled_wheel(tmp_path: Path) -> None:
+    # Minutes: python -m build, then mypyc over the planner core (make test-slow).
+    dist = tmp_path / "dist"
+    done = release(__version__, dist, "wheels compiled", timeout=1800)
+    assert done.returncode == 0, done.stderr
+    sdist, pure = dist / f"llmsim-{__version__}.tar.gz", dist / f"llmsim-{__version__}-py3-none-any.whl"
+    (compiled,) = dist.glob(f"llmsim-{__version__}-cp*.whl")
+    assert sorted(p.name for p in dist.iterdir()) == sorted(["SHA256SUMS", sdist.name, pure.name, compiled.name])
+    assert sha256sums(dist) == digests(dist)
+    with tarfile.open(sdist) as tar:
+        members = set(tar.getnames())
+    for name in (
+        "setup.py",
+        "pyproject.toml",
+        "README.md",
+        "simulator/llmsim/__init__.py",
+        "operator/llmsim_operator/cli.py",
+    ):
+        assert f"llmsim-{__version__}/{name}" in members
+    # setup.py's list of the modules mypyc compiles (not imported: importing it runs setup()).
+    modules = re.findall(r'"(llmsim/[\w/]+)\.py"', (ROOT / "setup.py").read_text())
+    assert modules
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    with zipfile.ZipFile(pure) as wheel:
+        assert f"Version: {__version__}\n" in wheel_text(wheel, "METADATA")
+        assert "Root-Is-Purelib: true" in wheel_text(wheel, "WHEEL")
+        pure_files = set(wheel.namelist())
+        assert not [name for name in pure_files if name.endswith(".so")]
+    with zipfile.ZipFile(compiled) as wheel:
+        assert f"Version: {__version__}\n" in wheel_text(wheel, "METADATA")
+        tag = re.search(r"^Tag: (\S+)$", wheel_text(wheel, "WHEEL"), re.MULTILINE)
+        assert tag is not None
+        assert tag.group(1).startswith(f"cp{sys.version_info.major}{sys.version_info.minor}-")
+        compiled_files = set(wheel.namelist())
+    # Every module of the list as an extension, beside its source; everything else as in the pure wheel.
+    assert {f"{module}{suffix}" for module in modules} <= compiled_files
+    assert {name for name in pure_files if ".dist-info/" not in name} <= compiled_files
+    assert "llmsim/data/models.yml" in pure_files
