@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan bench-operator-scale compiled e2e clean version images
+.PHONY: release run test test-slow lint typecheck imports unit system-deps envtest bench bench-quick bench-plan bench-operator-scale compiled e2e clean version images
 
 # The project's one version, llmsim.__version__ (see hack/version.sh).
 VERSION := $(shell hack/version.sh)
@@ -104,8 +104,16 @@ images:
 	docker build --build-arg VERSION=$(VERSION) -t llmsim:$(VERSION) -f Dockerfile .
 	docker build --build-arg VERSION=$(VERSION) -t llmsim-operator:$(VERSION) -f Dockerfile.operator .
 
+# Every artifact of a release into dist/: both images (OCI archives), sdist, wheel and the compiled
+# wheel, install.yaml, the Helm chart, SHA256SUMS. Refuses a VERSION other than the code's and a tree
+# with uncommitted changes (hack/release.sh; docs/releasing.md). Tagging vX.Y.Z runs it in CI
+# (.github/workflows/release.yml), which publishes the result.
+release: $(VENV)/.installed-dev
+	rm -rf dist
+	PYTHON=$(BIN)/python hack/release.sh $(VERSION) dist
+
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache
 
 # Every file derived from the code (models.yml's JSON Schema for the operator, the CRD in crds/ and the
 # chart, deploy/llmsim-operator.yaml); tests/test_generated.py fails until they match.

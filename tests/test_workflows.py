@@ -63,7 +63,34 @@ def make_project(root: Path, fleet_uses: str) -> Path:
 
 
 def test_there_are_workflows() -> None:
-    assert {p.name for p in (GITHUB / "workflows").glob("*.yml")} >= {"ci.yml", "e2e.yml"}
+    assert {p.name for p in (GITHUB / "workflows").glob("*.yml")} >= {"ci.yml", "e2e.yml", "release.yml"}
+
+
+def test_every_action_is_pinned_by_a_full_commit_sha() -> None:
+    # zizmor offline accepts a tag on a well-known action; the project pins all of them.
+    for path in [*(GITHUB / "workflows").glob("*.yml"), *GITHUB.glob("actions/*/action.yml")]:
+        for uses in re.findall(r"^\s*(?:- )?uses:\s*(\S+)", path.read_text(), flags=re.MULTILINE):
+            if not uses.startswith("./"):
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", uses), f"{path.name}: {uses}"
+
+
+def test_the_release_workflow_runs_on_version_tags_with_only_what_it_publishes() -> None:
+    workflow = yaml.safe_load((GITHUB / "workflows" / "release.yml").read_text())
+    # PyYAML reads the key `on` as True (YAML 1.1).
+    assert workflow[True] == {"push": {"tags": ["v*"]}}
+    assert workflow["permissions"] == {}
+    (job,) = workflow["jobs"].values()
+    # Write access to the release (contents) and to ghcr.io (packages), nothing else.
+    assert job["permissions"] == {"contents": "write", "packages": "write"}
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert any('make release PYTHON=python VERSION="${TAG#v}"' in run for run in runs)
+    assert job["env"]["TAG"] == "${{ github.ref_name }}"
+    # Publication after the checksums are checked, from dist/ as make release left it.
+    (check,) = [i for i, run in enumerate(runs) if "sha256sum --check" in run]
+    (push,) = [i for i, run in enumerate(runs) if "skopeo copy" in run]
+    (publish,) = [i for i, run in enumerate(runs) if "gh release create" in run]
+    assert check < push < publish
+    assert '"$TAG" dist/*' in runs[publish]
 
 
 def test_actionlint_finds_nothing(tmp_path: Path) -> None:
@@ -95,6 +122,7 @@ def test_the_docs_gateway_test_compiles() -> None:
     compile(source, "tests/test_gateway.py", "exec")
 
 
-def test_the_fleet_action_script_passes_shellcheck() -> None:
-    result = run([tool("shellcheck"), "hack/fleet-action.sh"], ROOT)
+@pytest.mark.parametrize("script", ["hack/fleet-action.sh", "hack/release.sh"])
+def test_the_scripts_the_workflows_run_pass_shellcheck(script: str) -> None:
+    result = run([tool("shellcheck"), script], ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -146,6 +146,16 @@ def test_rbac_is_the_same_as_manifests() -> None:
     ]
 
 
+def test_watching_named_namespaces_adds_listing_namespaces_to_the_rules() -> None:
+    # kopf resolves served namespaces by listing and watching Namespace objects, also for plain names:
+    # forbidden, it retries (about 45 s) before falling back to the names, serving nothing meanwhile.
+    chart_rules = by_kind(manifests(COMBINATIONS["watch-namespaces"]))["ClusterRole"]["rules"]
+    plain_rules = by_kind(install_manifests())["ClusterRole"]["rules"]
+    extra = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
+    assert chart_rules == [*plain_rules, extra]
+    assert extra not in by_kind(manifests())["ClusterRole"]["rules"]
+
+
 def test_operator_pod_is_the_same_as_manifests() -> None:
     chart_pod = by_kind(manifests())["Deployment"]["spec"]["template"]["spec"]
     plain_pod = by_kind(install_manifests())["Deployment"]["spec"]["template"]["spec"]
