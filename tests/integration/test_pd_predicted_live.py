@@ -237,14 +237,14 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
 
     figures: dict[str, tuple[float, float]] = {}
     for j, server in enumerate(fleet.prefill):
-        measured = summary(server)
-        assert measured["requests"]["total"] == len(prefill_ttft[j])
-        figures[f"prefill/{j} TTFT"] = (lower_median(prefill_ttft[j]), measured["ttft"]["p50"])
+        view = summary(server)
+        assert view["requests"]["total"] == len(prefill_ttft[j])
+        figures[f"prefill/{j} TTFT"] = (lower_median(prefill_ttft[j]), view["ttft"]["p50"])
     for j, server in enumerate(fleet.decode):
-        measured = summary(server)
-        assert measured["requests"]["total"] == len(decode_ttft[j])
-        figures[f"decode/{j} TTFT"] = (lower_median(decode_ttft[j]), measured["ttft"]["p50"])
-        figures[f"decode/{j} ITL"] = (lower_median(itl[j]), measured["itl"]["p50"])
+        view = summary(server)
+        assert view["requests"]["total"] == len(decode_ttft[j])
+        figures[f"decode/{j} TTFT"] = (lower_median(decode_ttft[j]), view["ttft"]["p50"])
+        figures[f"decode/{j} ITL"] = (lower_median(itl[j]), view["itl"]["p50"])
     report = {name: (round(p * 1000, 2), round(m * 1000, 2)) for name, (p, m) in figures.items()}
     print("predicted, measured p50 (ms):", report)
     # What the servers' timelines leave out: the router's hops and HTTP, as the client sees them.
