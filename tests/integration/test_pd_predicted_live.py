@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmsim.cli import main
 from llmsim.config import load_models_config
 from llmsim.fleet import load_fleet, load_trace, poisson_arrivals
 from llmsim.fleet.simulation import FleetSimulation
@@ -200,7 +201,28 @@ def summary(server: ServerProcess) -> dict[str, Any]:
     return model
 
 
+def decode_ttft_sum_count(server: ServerProcess) -> tuple[float, float]:
+    """The TTFT histogram's sum and count (Prometheus counters: read before and after a run)."""
+    page = parse(httpx.get(server.base_url + "/metrics", timeout=5).text)
+    labels = {"model_name": "m", "engine": "0"}
+    return (
+        page.get("vllm:time_to_first_token_seconds_sum", **labels),
+        page.get("vllm:time_to_first_token_seconds_count", **labels),
+    )
+
+
+def plan_files(where: Path) -> tuple[Path, Path]:
+    """The planner's models.yml and fleet.yml for the fleet the fixture runs."""
+    models, fleet = where / "models.yml", where / "fleet.yml"
+    models.write_text(planned_config())
+    fleet.write_text(FLEET.format(prefill=PREFILL, decode=DECODE))
+    return models, fleet
+
+
 def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path: Path) -> None:
+    before = [decode_ttft_sum_count(server) for server in fleet.decode]
+    for server in [*fleet.prefill, *fleet.decode]:
+        assert httpx.delete(server.base_url + "/metrics/summary", timeout=5).status_code == 204
     arrivals = poisson_arrivals(RATE, 60.0, SEED)[:REQUESTS]
     sent, client_ttft = asyncio.run(send_all(fleet.router_url, arrivals))
 
@@ -212,10 +234,8 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
         for i, s in enumerate(sent)
     ]
     trace.write_text("\n".join(lines) + "\n")
-    (tmp_path / "models.yml").write_text(planned_config())
-    (tmp_path / "fleet.yml").write_text(FLEET.format(prefill=PREFILL, decode=DECODE))
-    models = load_models_config(str(tmp_path / "models.yml"))
-    spec = load_fleet(tmp_path / "fleet.yml", models, str(tmp_path / "models.yml"))
+    models_file, fleet_file = plan_files(tmp_path)
+    spec = load_fleet(fleet_file, load_models_config(str(models_file)), str(models_file))
     simulation = FleetSimulation(spec, load_trace(trace), keep_token_times=True)
     result = simulation.run()
 
@@ -255,10 +275,9 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
         f" client - plan per request p50 {lower_median([c - p for c, p in zip(client_ttft, planned_ttft, strict=True)]) * 1000:.2f}",
     )
     # The decode legs' mean TTFT, exact from the histograms' sums and counts, over both replicas.
-    pages = [parse(httpx.get(server.base_url + "/metrics", timeout=5).text) for server in fleet.decode]
-    labels = {"model_name": "m", "engine": "0"}
-    total = sum(page.get("vllm:time_to_first_token_seconds_sum", **labels) for page in pages)
-    count = sum(page.get("vllm:time_to_first_token_seconds_count", **labels) for page in pages)
+    after = [decode_ttft_sum_count(server) for server in fleet.decode]
+    total = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
+    count = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
     assert count == REQUESTS
     planned_mean = sum(sum(legs) for legs in decode_ttft) / REQUESTS
     print(f"decode leg TTFT mean (ms): predicted {planned_mean * 1000:.2f}, measured {total / count * 1000:.2f}")
@@ -266,3 +285,28 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
         bound = DECODE_TTFT_BOUND if name.startswith("decode") and name.endswith("TTFT") else BOUND
         assert abs(measured - predicted) <= bound * predicted, (name, report)
     assert abs(total / count - planned_mean) <= BOUND * planned_mean
+
+
+def test_bench_predicts_the_fleet_behind_the_router_beside_the_measurement(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmsim bench --fleet`` against vllm-router: the planner's P/D fleet beside what the client measured."""
+    models_file, fleet_file = plan_files(tmp_path)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--url", fleet.router_url, "--model", "m", "--rate", "4", "--requests", "12"]
+    argv += ["--prompt-tokens", str(PROMPT), "--output-tokens", str(OUTPUT), "--no-progress"]
+    argv += ["--config", str(models_file), "--fleet", str(fleet_file), "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    print(printed)
+    (point,) = json.loads(out.read_text())["points"]
+    # Every request answered through both legs, and a prediction for each figure beside the measurement.
+    assert point["measured"]["completed"] == 12
+    predicted = point["predicted"]
+    # Alone or not, a request's first token comes after its prefill step (512 tokens, compute
+    # bound: 2 x 6.74e9 x 512 / 61.8125e12 = 111.7 ms) and a step on the decode replica
+    # (its weights, 13.48 GB at 187.5 GB/s = 71.9 ms), and each later token a decode step apart.
+    assert predicted["completed"] == 12
+    assert predicted["ttft"]["p50"] > 0.1117 + 0.0719
+    assert predicted["itl"]["p50"] >= 0.0719
+    assert printed.count("TTFT p50 (ms)") == 1
