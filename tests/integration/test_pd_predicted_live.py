@@ -47,6 +47,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from llmsim.cli import main
 from llmsim.config import load_models_config
@@ -67,43 +68,21 @@ REQUESTS = 48
 PROMPT = 512
 OUTPUT = 16
 SEED = 3
-PREFILL, DECODE = 2, 2
 
-# The predict-then-measure experiments' base model (llmsim.benchmark.experiments.BASE_MODEL), with
-# no prefix caching (every prompt is its own) and the P/D link written out.
-HARDWARE = """
-hardware:
-  seed-gpu-sixteenth: {hbm_gib: 80, memory_bandwidth_gbps: 187.5, peak_tflops: 61.8125}
-"""
-MODEL = """
-  - name: {name}
-    engine: scheduler
-    hardware: seed-gpu-sixteenth
-    context_length: 16384
-    weights: {{parameters_billions: 6.74, bytes_per_parameter: 2}}
-    kv_cache: {{bytes_per_token: 524288, block_size: 16, gpu_memory_utilization: 0.9, watermark: 0.0,
-               enable_prefix_caching: false}}
-    scheduler: {{max_batch_tokens: 8192, max_num_sequences: 256}}
-    latency: {{step_overhead_ms: 0.0}}
-    kv_transfer: {{kv_role: {role}, bandwidth_gbps: 50, latency_ms: 0.5, side_channel_port: {port}}}
-"""
-FLEET = """
-version: 1
-router: {{policy: round-robin, prefill_policy: round-robin, decode_policy: round-robin, scrape_interval_ms: 0}}
-replicas:
-  - {{model: m-prefill, count: {prefill}, name: prefill}}
-  - {{model: m-decode, count: {decode}, name: decode}}
-"""
+EXAMPLES = Path(__file__).parents[2] / "docs" / "examples" / "fleet"
+#: The planner's files; the servers serve their models (see served_config).
+MODELS_FILE = EXAMPLES / "pd-live-models.yml"
+FLEET_FILE = EXAMPLES / "pd-live-fleet.yml"
+PREFILL, DECODE = 2, 2
 
 
 def served_config(role: str) -> str:
-    return "version: 1\n" + HARDWARE + "models:" + MODEL.format(name="m", role=role, port=free_port())
-
-
-def planned_config() -> str:
-    models = MODEL.format(name="m-prefill", role="kv_producer", port=5600)
-    models += MODEL.format(name="m-decode", role="kv_consumer", port=5600)
-    return "version: 1\n" + HARDWARE + "models:" + models
+    """One server's models.yml: the example's model of that role, named "m", with a side channel of its own."""
+    planned = yaml.safe_load(MODELS_FILE.read_text())
+    (model,) = [m for m in planned["models"] if m["kv_transfer"]["kv_role"] == role]
+    model["name"] = "m"
+    model["kv_transfer"]["side_channel_port"] = free_port()
+    return json.dumps({"version": 1, "hardware": planned["hardware"], "models": [model]})
 
 
 @dataclass
@@ -211,14 +190,6 @@ def decode_ttft_sum_count(server: ServerProcess) -> tuple[float, float]:
     )
 
 
-def plan_files(where: Path) -> tuple[Path, Path]:
-    """The planner's models.yml and fleet.yml for the fleet the fixture runs."""
-    models, fleet = where / "models.yml", where / "fleet.yml"
-    models.write_text(planned_config())
-    fleet.write_text(FLEET.format(prefill=PREFILL, decode=DECODE))
-    return models, fleet
-
-
 def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path: Path) -> None:
     before = [decode_ttft_sum_count(server) for server in fleet.decode]
     for server in [*fleet.prefill, *fleet.decode]:
@@ -234,8 +205,8 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
         for i, s in enumerate(sent)
     ]
     trace.write_text("\n".join(lines) + "\n")
-    models_file, fleet_file = plan_files(tmp_path)
-    spec = load_fleet(fleet_file, load_models_config(str(models_file)), str(models_file))
+    spec = load_fleet(FLEET_FILE, load_models_config(str(MODELS_FILE)), str(MODELS_FILE))
+    assert [(g.count, g.kv_role) for g in spec.groups] == [(PREFILL, "kv_producer"), (DECODE, "kv_consumer")]
     simulation = FleetSimulation(spec, load_trace(trace), keep_token_times=True)
     result = simulation.run()
 
@@ -291,11 +262,10 @@ def test_bench_predicts_the_fleet_behind_the_router_beside_the_measurement(
     fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``llmsim bench --fleet`` against vllm-router: the planner's P/D fleet beside what the client measured."""
-    models_file, fleet_file = plan_files(tmp_path)
     out = tmp_path / "bench.json"
     argv = ["bench", "--url", fleet.router_url, "--model", "m", "--rate", "4", "--requests", "12"]
     argv += ["--prompt-tokens", str(PROMPT), "--output-tokens", str(OUTPUT), "--no-progress"]
-    argv += ["--config", str(models_file), "--fleet", str(fleet_file), "--json", str(out)]
+    argv += ["--config", str(MODELS_FILE), "--fleet", str(FLEET_FILE), "--json", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     print(printed)
