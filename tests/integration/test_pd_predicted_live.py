@@ -1,6 +1,6 @@
 """Predicted against measured for a disaggregated fleet behind the real vllm-router.
 
-One prefill and one decode llmsim process (scheduler engine), ``vllm-router
+Two prefill and two decode llmsim processes (scheduler engine), ``vllm-router
 --vllm-pd-disaggregation`` in front with round-robin picks, a seeded open loop of token-id prompts
 sent through the router by an httpx client. The same requests, at the arrival times the client
 actually sent them (written as a trace file, as ``llmsim plan --workload`` reads it), then go through
@@ -21,14 +21,14 @@ experiments, :mod:`llmsim.benchmark.experiments`): a decode step lasts ~75 ms an
 prefill ~112 ms, so the milliseconds of HTTP, router and event-loop jitter on a loaded 2-core
 machine stay small against a step.
 
-Bounds: the issue's 5 % on the prefill legs' TTFT p50 and the ITL p50 (measured: within 0.3 %),
+Bounds: the goal's 5 % on the prefill legs' TTFT p50 and the ITL p50 (measured: within 0.3 %),
 and on the decode legs' mean TTFT over the fleet (exact, from the TTFT histograms' sums and counts).
 The decode legs' TTFT p50 per replica gets 15 %: the planner sends the decode leg the instant the
 prefill leg ends, vllm-router some milliseconds later (it reads the prefill answer, then sends the
-decode leg; ~8-11 ms for both hops and HTTP here), which moves each decode leg's arrival against
+decode leg; the client sees 6-12 ms more than the plan, both hops and HTTP), which moves each decode leg's arrival against
 the decode replica's steps. A leg that now becomes ready just after a step started waits a whole
 step (75 ms) more, the others a little less; the mean barely moves (the arrival's phase in a step is
-as likely anywhere), a p50 of 24 such values moved by up to 8 % in repeated runs. docs/pd.md has
+as likely anywhere), a p50 of 24 such values moved by up to 10 % in repeated runs. docs/pd.md has
 the figures.
 """
 
