@@ -59,7 +59,7 @@ from tests.support.server import ServerProcess, free_port, running_server, stop_
 
 pytestmark = pytest.mark.integration
 
-#: Largest relative difference between a predicted and a measured p50 (the issue's bound).
+#: Largest relative difference between a predicted and a measured p50 (the goal's bound).
 BOUND = 0.05
 #: The decode legs' TTFT p50 per replica: see the module's docstring.
 DECODE_TTFT_BOUND = 0.15
