@@ -103,3 +103,12 @@ def test_a_data_parallel_model_alone_plans_its_ranks(tmp_path: Path) -> None:
     assert [r["name"] for r in replicas] == [f"llama-3.1-8b-dp4/0/{r}" for r in range(4)]
     # vLLM's balancer spreads them: every rank serves some.
     assert all(r["num_requests"] > 0 for r in replicas)
+
+
+def test_the_live_pd_example_compares_p_d_with_the_same_gpus_aggregated(capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/pd.md's --compare command (shorter): one row P/D, one the same four GPUs aggregated.
+    args = ["plan", "--config", str(EXAMPLES / "pd-live-models.yml"), "--fleet", str(EXAMPLES / "pd-live-fleet.yml")]
+    shape = ["--rate", "8", "--duration", "5", "--prompt-tokens", "512", "--output-tokens", "16", "--seed", "3"]
+    assert main([*args, *shape, "--compare", "round-robin"]) == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("round-robin")]
+    assert rows == [["round-robin", "P/D"], ["round-robin", "aggregated"]]
