@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ import yaml
 UPSTREAM = Path(__file__).parent / "data" / "upstream"
 PRODUCTION_STACK = UPSTREAM / "production-stack" / "engine-qwen05b.yaml"
 LLM_D_DECODE = UPSTREAM / "llm-d" / "patch-decode.yaml"
+LLM_D_PREFILL = UPSTREAM / "llm-d" / "patch-prefill.yaml"
+LLM_D_PREFILL_BASE = UPSTREAM / "llm-d" / "prefill-deployment.yaml"
+#: llm-d's guide serves a model llmsim does not simulate (docs/vllm-cli.md says why none is guessed):
+#: its e2e run serves this one in its place, the one change beyond the transform.
+LLM_D_MODEL = "openai/gpt-oss-120b"
+LLM_D_SIMULATED_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 KSERVE_RUNTIME = UPSTREAM / "kserve" / "kserve-vllmserver.yaml"
 #: What KServe's storage initializer would have downloaded for storageUri hf://Qwen/Qwen2.5-0.5B-Instruct:
 #: here only the checkpoint's config.json (the model card's), which is all vLLM's flags need of it.
@@ -33,8 +41,10 @@ KSERVE_PORT = 8080
 
 #: The vLLM entry points a manifest may run (both answered by the image's shims, deploy/vllm-shim/).
 _API_SERVER = ["-m", "vllm.entrypoints.openai.api_server"]
-#: CPUs of this cluster's one node: a request for more never schedules.
-NODE_CPUS = 2
+#: What one pod may ask of this cluster's one node (2 CPUs, 24 GiB, shared by every e2e test): upstream
+#: sizes its requests for a GPU host's CPUs and memory, which a request above this never gets here.
+POD_CPUS = 2.0
+POD_MEMORY_GIB = 4.0
 #: Resources a GPU node has and this cluster does not.
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
@@ -117,9 +127,42 @@ def kserve_model_configmap(name: str) -> dict[str, Any]:
             "data": {"config.json": json.dumps(config, indent=2)}}  # fmt: skip
 
 
+def llm_d_prefill() -> list[dict[str, Any]]:
+    """llm-d's prefill Deployment as its guide builds it: kustomize's strategic merge of the guide's patch
+    over the base (``kubectl kustomize``, the kustomize the guide's ``kubectl apply -k`` runs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "base.yaml").write_text(LLM_D_PREFILL_BASE.read_text())
+        (work / "patch.yaml").write_text(LLM_D_PREFILL.read_text())
+        (work / "kustomization.yaml").write_text("resources: [base.yaml]\npatches:\n  - path: patch.yaml\n")
+        built = subprocess.run(["kubectl", "kustomize", tmp], capture_output=True, text=True, check=True, timeout=60)
+    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+
+
+def swap_model(doc: dict[str, Any], model: str, served_instead: str) -> dict[str, Any]:
+    """``doc`` with its containers' model argument ``model`` replaced by ``served_instead``."""
+    out = copy.deepcopy(doc)
+    for container in out["spec"]["template"]["spec"]["containers"]:
+        container["args"] = [served_instead if a == model else a for a in container.get("args", [])]
+    return out
+
+
 def _cpus(quantity: Any) -> float:
     text = str(quantity)
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+#: Kubernetes' binary and decimal memory suffixes, in GiB.
+_MEMORY_UNITS = {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1.0, "Ti": 2**10, "K": 1e3 / 2**30, "M": 1e6 / 2**30,
+                 "G": 1e9 / 2**30, "T": 1e12 / 2**30}  # fmt: skip
+
+
+def _gib(quantity: Any) -> float:
+    text = str(quantity)
+    for unit in sorted(_MEMORY_UNITS, key=len, reverse=True):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * _MEMORY_UNITS[unit]
+    return float(text) / 2**30
 
 
 def for_this_cluster(doc: dict[str, Any], image: str, namespace: str) -> dict[str, Any]:
@@ -128,6 +171,8 @@ def for_this_cluster(doc: dict[str, Any], image: str, namespace: str) -> dict[st
     out["metadata"]["namespace"] = namespace
     if out.get("kind") != "Deployment":
         return out
+    # One pod each: upstream's replica counts size a fleet (llm-d's guide: 8 prefill pods).
+    out["spec"]["replicas"] = 1
     pod = out["spec"]["template"]["spec"]
     for container in pod.get("containers", []) + pod.get("initContainers", []):
         container["image"] = image
@@ -139,8 +184,10 @@ def for_this_cluster(doc: dict[str, Any], image: str, namespace: str) -> dict[st
             section = resources.get(kind) or {}
             for gpu in GPU_RESOURCES:
                 section.pop(gpu, None)
-            if "cpu" in section and _cpus(section["cpu"]) > NODE_CPUS:
+            if "cpu" in section and _cpus(section["cpu"]) > POD_CPUS:
                 del section["cpu"]
+            if "memory" in section and _gib(section["memory"]) > POD_MEMORY_GIB:
+                del section["memory"]
     # GPU nodes: their runtime class, node selection and taints.
     for key in ("runtimeClassName", "nodeSelector", "tolerations"):
         pod.pop(key, None)

@@ -61,21 +61,29 @@ def test_kserves_runtime_serves_the_checkpoint_in_its_model_directory(tmp_path: 
     assert served.ignored == ()
 
 
-def test_llm_ds_decode_flags_are_all_known_and_its_model_is_not_simulated() -> None:
-    container = the_container(upstream.load(upstream.LLM_D_DECODE)[0])
+@pytest.mark.parametrize(
+    ("manifest", "tp", "kv_role"),
+    [
+        pytest.param(upstream.LLM_D_DECODE, 4, "kv_both", id="decode"),
+        pytest.param(upstream.LLM_D_PREFILL, 1, "kv_producer", id="prefill"),
+    ],
+)
+def test_llm_ds_flags_are_all_known_and_its_model_is_not_simulated(manifest: Path, tp: int, kv_role: str) -> None:
+    container = the_container(upstream.load(manifest)[0])
     flags = upstream.vllm_flags(upstream.container_argv(container))
     args = build_parser().parse_args(vllm_cli.normalize_argv(["serve", *flags]))  # no flag unrecognized
     # gpt-oss-120b is no built-in profile: refused, not served with another model's timing.
-    with pytest.raises(vllm_cli.VllmArgError, match=re.escape("MODEL: unknown model 'openai/gpt-oss-120b'")):
+    with pytest.raises(vllm_cli.VllmArgError, match=re.escape(f"MODEL: unknown model '{upstream.LLM_D_MODEL}'")):
         vllm_cli.build(args)
-    # Every other flag: with a simulated model in its place, P/D over NIXL on a TP-4 group.
+    # Every other flag: with a simulated model in its place, P/D over NIXL, the decode on a TP-4 group.
+    assert flags[0] == upstream.LLM_D_MODEL
     served = serve(["meta-llama/Llama-3.1-70B-Instruct", *flags[1:]])
     model = served.config.models[0]
-    assert model.tensor_parallel_size == 4
+    assert model.tensor_parallel_size == tp
     assert model.kv_cache is not None
     assert model.kv_cache.block_size == 128
     assert model.kv_transfer is not None
-    assert (model.kv_transfer.kv_connector, model.kv_transfer.kv_role) == ("NixlConnector", "kv_both")
+    assert (model.kv_transfer.kv_connector, model.kv_transfer.kv_role) == ("NixlConnector", kv_role)
     assert served.ignored == ("--no-disable-hybrid-kv-cache-manager", "--disable-access-log-for-endpoints")
 
 
@@ -96,9 +104,10 @@ CONTAINER = POD + r"\.(containers|initContainers)\[\d+\]"
 #: What the transform may change (docs/vllm-cli.md, "Upstream manifests"), and nothing else.
 ALLOWED = [
     r"\.metadata\.namespace",
+    r"\.spec\.replicas",
     CONTAINER + r"\.image",
     CONTAINER + r"\.imagePullPolicy",
-    CONTAINER + r"\.resources\.(requests|limits)\.(nvidia\.com/gpu|amd\.com/gpu|cpu)",
+    CONTAINER + r"\.resources\.(requests|limits)\.(nvidia\.com/gpu|amd\.com/gpu|cpu|memory)",
     POD + r"\.(runtimeClassName|nodeSelector|tolerations|affinity)(\..*)?",
     POD + r"\.volumes\[\d+\]\.(persistentVolumeClaim|hostPath|emptyDir)",
 ]
@@ -109,6 +118,8 @@ ALLOWED = [
     [
         pytest.param(upstream.load(upstream.PRODUCTION_STACK), id="production-stack"),
         pytest.param(upstream.kserve_objects(upstream.load(upstream.KSERVE_RUNTIME)[0]), id="kserve"),
+        pytest.param(upstream.load(upstream.LLM_D_DECODE), id="llm-d-decode"),
+        pytest.param(upstream.load(upstream.LLM_D_PREFILL), id="llm-d-prefill"),
     ],
 )
 def test_the_transform_changes_only_the_image_the_gpu_and_what_the_cluster_lacks(docs: list[dict[str, Any]]) -> None:
@@ -130,5 +141,5 @@ def test_production_stacks_gpu_host_is_what_changes() -> None:
     pod = after["spec"]["template"]["spec"]
     assert "runtimeClassName" not in pod
     assert "affinity" not in pod
-    assert the_container(after)["resources"] == {"requests": {"memory": "16Gi"}, "limits": {}}
+    assert the_container(after)["resources"] == {"requests": {}, "limits": {}}
     assert {v["name"]: v for v in pod["volumes"]}["vllm-storage"] == {"name": "vllm-storage", "emptyDir": {}}
