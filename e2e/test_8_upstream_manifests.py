@@ -159,3 +159,29 @@ def test_production_stacks_gpu_only_flag_is_named_in_the_warning(deployed: str) 
     # --enforce-eager turns CUDA graphs off: accepted, without effect, and said so once at startup.
     assert "accepted without effect on the simulation" in log
     assert "--enforce-eager" in log
+
+
+def test_llm_ds_prefill_pod_answers_a_prefill_leg_as_a_nixl_producer(cluster: Cluster, deployed: str) -> None:
+    """The prefill leg llm-d's routing sidecar sends (vLLM's toy proxy's fields): the answer hands the decode
+    leg the blocks and where to pull them, from the manifest's own NIXL settings."""
+    (case,) = [c for c in CASES if c.name == "llm-d-prefill"]
+    (pod,) = cluster.ready_pods(deployed, pod_selector(case))
+    leg = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+           "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
+    with cluster.http() as http:
+        response = http.post(
+            cluster.pod_proxy_path(deployed, pod.metadata.name, case.container_port) + "/v1/chat/completions",
+            json={
+                "model": case.served,
+                "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 1,
+                "kv_transfer_params": leg,
+            },
+        )
+    assert response.status_code == 200, response.text
+    params = response.json()["kv_transfer_params"]
+    assert params["do_remote_prefill"] is True
+    assert params["remote_block_ids"]
+    # VLLM_NIXL_SIDE_CHANNEL_HOST is the pod's IP (the manifest's fieldRef); the port is vLLM's default,
+    # the manifest's "nixl" containerPort 5600; --tensor-parallel-size=1.
+    assert (params["remote_host"], params["remote_port"], params["tp_size"]) == (pod.status.pod_ip, 5600, 1)
