@@ -1,7 +1,7 @@
 """Real vLLM manifests (e2e/data/upstream/, stored verbatim): llmsim's vLLM parser accepts their command lines,
 and the transform that runs them on this project's cluster changes only what docs/vllm-cli.md lists.
 
-e2e/test_8_upstream_manifests.py runs the same manifests on a cluster. Expected values come from what
+e2e/test_9_upstream_manifests.py runs the same manifests on a cluster. Expected values come from what
 each manifest's flags mean to vLLM (and from the checkpoints they name), not from llmsim's output.
 """
 
