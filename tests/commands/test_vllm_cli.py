@@ -7,6 +7,7 @@ cli_args.py) and from the profiles' published model shapes, not from llmsim's ou
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,3 +322,64 @@ def test_every_model_id_resolves_to_a_profile_that_serves() -> None:
         big = "405" in model_id or "Mixtral" in model_id or ("70B" in model_id and "FP8" not in model_id)
         tp = 8 if "405" in model_id else 2 if big else 1
         assert translate(model_id, "-tp", str(tp)).config.models[0].name == model_id
+
+
+def test_the_flags_of_llm_d_guides_are_accepted_for_the_warning() -> None:
+    # Both only change a real server's internals: access logging, and the KV-cache manager of models
+    # mixing attention kinds (every profile is full attention).
+    served = translate(
+        LLAMA, "--disable-access-log-for-endpoints=/health,/metrics", "--no-disable-hybrid-kv-cache-manager"
+    )
+    assert served.ignored == ("--no-disable-hybrid-kv-cache-manager", "--disable-access-log-for-endpoints")
+
+
+#: The shape fields of published config.json files (each model card's), by the model they describe.
+QWEN_05B_CONFIG = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
+                   "num_key_value_heads": 2}  # fmt: skip
+LLAMA_8B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_key_value_heads": 8}  # fmt: skip
+# Llama 2 7B's config.json as first published: no num_key_value_heads (Hugging Face's default: one per head).
+LLAMA2_7B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32}
+# Mistral 7B has Llama 3.1 8B's shape: only model_type tells them apart.
+MISTRAL_7B_CONFIG = {**LLAMA_8B_CONFIG, "model_type": "mistral"}
+LLAMA_70B_CONFIG = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+                    "num_key_value_heads": 8}  # fmt: skip
+# RedHatAI's FP8 checkpoint, as llm-compressor writes it.
+LLAMA_70B_FP8_CONFIG = {
+    **LLAMA_70B_CONFIG,
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "profile", "weight_bytes"),
+    [
+        (QWEN_05B_CONFIG, "qwen2.5-0.5b", 2.0),
+        (LLAMA_8B_CONFIG, "llama-3.1-8b", 2.0),
+        (LLAMA2_7B_CONFIG, "llama-2-7b", 2.0),
+        (MISTRAL_7B_CONFIG, "mistral-7b", 2.0),
+        (LLAMA_70B_CONFIG, "llama-3.1-70b", 2.0),
+        (LLAMA_70B_FP8_CONFIG, "llama-3.1-70b-fp8", 1.0),
+    ],
+)
+def test_a_model_directory_is_the_profile_its_config_json_describes(
+    tmp_path: Path, config: dict[str, Any], profile: str, weight_bytes: float
+) -> None:
+    # KServe's vLLM runtime serves --model=/mnt/models, the checkpoint its storage initializer downloaded:
+    # vLLM reads the directory's config.json, and so does llmsim.
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    m = model(f"--model={tmp_path}", "--served-model-name=my-isvc", "-tp", "2")
+    assert (m.profile, m.name) == (profile, "my-isvc")
+    assert m.weights is not None
+    assert m.weights.bytes_per_parameter == weight_bytes
+
+
+def test_a_model_directory_llmsim_cannot_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(vllm_cli.VllmArgError, match=r"MODEL: .*without a config\.json"):
+        translate(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_8B_CONFIG, "num_hidden_layers": 33}))
+    with pytest.raises(vllm_cli.VllmArgError, match=r"num_hidden_layers 33.*not one of llmsim's built-in profiles"):
+        translate(str(tmp_path))

@@ -68,6 +68,9 @@ IGNORED_SWITCHES = (
     "enable-server-load-tracking",
     "enable-sleep-mode",
     "use-tqdm-on-load",
+    # The hybrid KV-cache manager serves models mixing attention kinds (sliding window, Mamba); every
+    # profile is full attention, where vLLM's one manager and its hybrid one allocate alike.
+    "disable-hybrid-kv-cache-manager",
 )
 IGNORED_OPTIONS = (
     "swap-space",
@@ -98,6 +101,7 @@ IGNORED_OPTIONS = (
     "reasoning-parser",
     "worker-cls",
     "otlp-traces-endpoint",
+    "disable-access-log-for-endpoints",
     "max-lora-rank",
     "tool-call-parser",
     "kv-transfer-config",
@@ -297,8 +301,76 @@ def known_model_ids() -> list[str]:
     return [*_hf_models(), *builtin_model_profiles()]
 
 
+#: config.json's ``model_type`` (Hugging Face's name of the architecture) -> the profile names of that family.
+_MODEL_TYPE_PREFIX = {"llama": "llama-", "mistral": "mistral-", "mixtral": "mixtral-", "qwen2": "qwen2"}
+#: config.json's fields a profile's ``architecture`` keeps (the same names).
+_ARCHITECTURE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
+
+
+def _checkpoint_quantization(section: Any) -> str | None:
+    """config.json's quantization_config as hf_models.yml names it: FP8 whichever tool wrote it
+    (vLLM's ``fp8``, Meta's ``fbgemm_fp8``, llm-compressor's 8-bit float ``compressed-tensors``)."""
+    if not isinstance(section, dict):
+        return None
+    method = section.get("quant_method")
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = section.get("config_groups")
+        weights = [g.get("weights") or {} for g in groups.values()] if isinstance(groups, dict) else []
+        if weights and all(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
+            return "fp8"
+    return str(method)
+
+
+def _resolve_directory(path: str) -> tuple[str, float | None]:
+    """A model directory (KServe's ``--model=/mnt/models``, a download): its config.json's shape, as vLLM reads it.
+
+    vLLM loads whatever checkpoint the directory holds; llmsim serves the one built-in profile whose
+    architecture family (``model_type``), shape and published quantization that config.json gives, and
+    refuses a directory it cannot name exactly.
+    """
+    config_path = os.path.join(path, "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise VllmArgError("MODEL", f"'{path}' is a directory without a config.json: no model to serve") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise VllmArgError("MODEL", f"{config_path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise VllmArgError("MODEL", f"{config_path}: expected a JSON object")
+    shape = {key: config.get(key) for key in _ARCHITECTURE_KEYS}
+    # Hugging Face's default: no num_key_value_heads is multi-head attention (Llama 2).
+    if shape["num_key_value_heads"] is None:
+        shape["num_key_value_heads"] = shape["num_attention_heads"]
+    quantization = _checkpoint_quantization(config.get("quantization_config"))
+    prefix = _MODEL_TYPE_PREFIX.get(str(config.get("model_type")))
+    profiles = builtin_model_profiles()
+    matches = sorted(
+        {
+            str(entry["profile"])
+            for entry in _hf_models().values()
+            if prefix is not None
+            and str(entry["profile"]).startswith(prefix)
+            and entry.get("quantization") == quantization
+            and profiles[str(entry["profile"])].get("architecture") == shape
+        }
+    )
+    if len(matches) != 1:
+        found = ", ".join(f"{k} {v}" for k, v in shape.items())
+        raise VllmArgError(
+            "MODEL",
+            f"{config_path} (model_type {config.get('model_type')}, {found}, quantization {quantization}) "
+            f"is not one of llmsim's built-in profiles ({', '.join(profiles)})",
+        )
+    return matches[0], QUANTIZATION_BYTES[quantization] if quantization else None
+
+
 def _resolve_model(model_id: str) -> tuple[str, float | None]:
     """The built-in profile of a model id, and its checkpoint's weight bytes when published quantized."""
+    if os.path.isdir(model_id):
+        return _resolve_directory(model_id)
     if model_id in _hf_models():
         entry = _hf_models()[model_id]
         quantization = entry.get("quantization")
