@@ -393,8 +393,11 @@ def _serve_model(
         )
     except ValueError as exc:
         raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="faults.timeline") from None
+    # One engine id and side-channel port (port + global rank) per rank, as each vLLM rank is its own engine.
+    rank_transfers = tuple(info for rank in ranks if (info := kv_transfer_info(model, rank)) is not None)
     return ServedModel(
-        kv_transfer=kv_transfer_info(model, ranks[0]),
+        kv_transfer=rank_transfers[0] if rank_transfers else None,
+        rank_kv_transfers=rank_transfers,
         name=model.name,
         aliases=tuple(model.aliases),
         generator=generator,
@@ -437,7 +440,7 @@ class LoopShare:
 
 def kv_transfer_info(model: ModelConfig, rank: int = 0) -> KVTransferInfo | None:
     """The side-channel address of the model's data-parallel ``rank`` (vLLM's port + rank) and a fresh
-    engine id (vLLM: a uuid4 per engine start). The schema keeps P/D to one rank per server."""
+    engine id (vLLM: a uuid4 per engine start)."""
     kv = model.kv_transfer
     if kv is None:
         return None
@@ -452,16 +455,23 @@ def kv_transfer_info(model: ModelConfig, rank: int = 0) -> KVTransferInfo | None
 
 
 def side_channels(models: dict[str, ServedModel]) -> list[SideChannelServer]:
-    """One listener per side-channel address, each answering for the engines that name it."""
+    """One listener per side-channel address, each answering for the rank engines that name it
+    (vLLM: rank r's NIXL side channel on port + r knows rank r's engine)."""
     servers: dict[tuple[str, int], SideChannelServer] = {}
     for served in models.values():
-        kv = served.kv_transfer
-        if kv is None:
+        if served.kv_transfer is None:
             continue
-        server = servers.get((kv.host, kv.port))
-        if server is None:
-            server = servers[kv.host, kv.port] = SideChannelServer(kv.host, kv.port)
-        server.register(kv.engine_id, served.engine)
+        engines = served.rank_engines or (served.engine,)
+        infos = served.rank_kv_transfers or (served.kv_transfer,)
+        for kv, engine in zip(infos, engines, strict=True):
+            server = servers.get((kv.host, kv.port))
+            if server is None:
+                server = servers[kv.host, kv.port] = SideChannelServer(kv.host, kv.port)
+            server.register(kv.engine_id, engine)
+            if served.kv_transfer.port == kv.port:
+                # SGLang's decode legs ask the first rank's port (the server's bootstrap port).
+                for other in engines:
+                    server.register_unnamed(other)
     return list(servers.values())
 
 

@@ -277,10 +277,6 @@ def test_the_readme_models_yml_example_is_valid(tmp_path: Path) -> None:
     [
         ("engine: fixed, kv_transfer: {kv_role: kv_producer}", "kv_transfer needs engine: scheduler"),
         ("engine: instant, data_parallel: {size: 2}", "data_parallel.size > 1 needs engine: scheduler"),
-        (
-            "engine: scheduler, kv_transfer: {kv_role: kv_consumer}, data_parallel: {size: 2}",
-            "kv_transfer with data-parallel ranks behind one port is not simulated",
-        ),
         ("engine: scheduler, data_parallel: {size: 2, rank: 2}", "rank (2) must be < size (2)"),
     ],
 )
@@ -294,8 +290,8 @@ def test_pd_and_data_parallel_refusals_name_the_entry(tmp_path: Path, extra: str
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("layout", ["{size: 2, load_balancing: external}", "{size: 2, rank: 1}"])
-def test_pd_with_a_port_or_a_server_per_rank_loads(tmp_path: Path, layout: str) -> None:
+@pytest.mark.parametrize("layout", ["{size: 2}", "{size: 2, load_balancing: external}", "{size: 2, rank: 1}"])
+def test_pd_with_ranks_behind_one_port_a_port_or_a_server_per_rank_loads(tmp_path: Path, layout: str) -> None:
     path = write(
         tmp_path,
         f"version: 1\nmodels:\n  - {{name: m, engine: scheduler, kv_transfer: {{kv_role: kv_producer}}, "

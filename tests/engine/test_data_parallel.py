@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmsim.engine.data_parallel import STATS_INTERVAL_S, RankBalancer
+from llmsim.engine.clock import MonotonicClock
+from llmsim.engine.data_parallel import STATS_INTERVAL_S, DataParallelEngine, RankBalancer
+from llmsim.engine.instant import InstantEngine
 from llmsim.types import EngineSnapshot
 
 
@@ -72,3 +74,29 @@ def test_the_coordinators_figures_are_stale_until_the_next_refresh() -> None:
 def test_a_balancer_needs_a_rank() -> None:
     with pytest.raises(ValueError, match="at least one rank"):
         RankBalancer([], lambda: 0.0)
+
+
+class Holding(InstantEngine):
+    """A rank holding the blocks of the prefill legs it is given, until released."""
+
+    def __init__(self, held: dict[str, tuple[int, ...]]) -> None:
+        super().__init__(MonotonicClock())
+        self.held = dict(held)
+
+    def held_blocks(self, request_id: str) -> tuple[int, ...] | None:
+        return self.held.get(request_id)
+
+    def release_held(self, request_id: str) -> bool:
+        return self.held.pop(request_id, None) is not None
+
+
+def test_held_blocks_are_asked_of_and_freed_on_the_rank_holding_them() -> None:
+    ranks = [Holding({"a": (1, 2)}), Holding({"b": (7,)})]
+    engine = DataParallelEngine(ranks, MonotonicClock().now)
+    assert (engine.holder("a"), engine.holder("b"), engine.holder("c")) == (0, 1, None)
+    assert engine.held_blocks("b") == (7,)
+    assert engine.held_blocks("c") is None
+    assert engine.release_held("b")
+    assert ranks[1].held == {}
+    assert ranks[0].held == {"a": (1, 2)}
+    assert not engine.release_held("b")

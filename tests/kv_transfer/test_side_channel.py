@@ -131,3 +131,22 @@ async def test_an_sglang_check_waits_for_its_room_on_any_engine() -> None:
     finally:
         await peer.close()
         await server.stop()
+
+
+def test_an_unnamed_engine_answers_only_requests_that_name_no_engine() -> None:
+    # A data-parallel server: rank 0's side channel (the SGLang bootstrap port) also finds rank 1's
+    # rooms, but a vLLM check naming rank 1's engine id is for rank 1's own port.
+    rank0, rank1 = Holding({}), Holding({"bootstrap_room:3": (1,), "r1": (2,)})
+    server = SideChannelServer("127.0.0.1", 0)
+    server.register("rank-0", rank0)
+    server.register_unnamed(rank1)
+    assert server.answer({"op": "check", "engine_id": "", "request_id": "bootstrap_room:3"}) == {
+        "ok": True,
+        "num_blocks": 1,
+    }
+    assert server.answer({"op": "check", "engine_id": "rank-1", "request_id": "r1"}) == {
+        "ok": False,
+        "reason": "unknown engine",
+    }
+    assert server.answer({"op": "release", "engine_id": "", "request_id": "bootstrap_room:3"}) == {"ok": True}
+    assert rank1.held == {"r1": (2,)}

@@ -388,10 +388,10 @@ async def _respond(
         texts, aborted, cached = done
         kv_params = None
         handoff = plans[0].kv_handoff if plans else None
-        if handoff is not None and handoff.remote_decode and served.kv_transfer is not None:
-            held = served.engine.held_blocks(ids[0])
+        if handoff is not None and handoff.remote_decode:
+            held = served.held_for_pull(ids[0])
             if held is not None:
-                kv_params = kv.prefill_answer(served.kv_transfer, ids[0], held)
+                kv_params = kv.prefill_answer(held[0], ids[0], held[1])
         if aborted:
             # Cut short by the engine (shutdown, sleep): as vLLM, the unfinished choices end with "abort".
             plans = [

@@ -10,6 +10,7 @@ from llmsim.api.fault_timeline import TimelineRunner
 from llmsim.api.faults import FaultInjector
 from llmsim.config.schema import FaultState
 from llmsim.engine import Engine
+from llmsim.engine.data_parallel import DataParallelEngine
 from llmsim.llm.generator import Generator
 
 
@@ -101,4 +102,22 @@ class ServedModel:
         return list(zip(self.dp_ranks, self.rank_engines or (self.engine,), strict=True))
 
     # Disaggregated prefill/decode (models.yml's kv_transfer); None: kv_transfer_params are ignored.
+    # The first rank's; ``rank_kv_transfers`` has each rank's (own engine id and side-channel port),
+    # in ``dp_ranks`` order (empty: ``kv_transfer`` for the one rank).
     kv_transfer: KVTransferInfo | None = None
+    rank_kv_transfers: tuple[KVTransferInfo, ...] = ()
+
+    def held_for_pull(self, request_id: str) -> tuple[KVTransferInfo, tuple[int, ...]] | None:
+        """A finished prefill leg's held blocks and the hand-off info of the rank holding them
+        (vLLM: the answer names the engine id and side-channel port of the rank that served it)."""
+        if self.kv_transfer is None:
+            return None
+        engine = self.engine
+        index = engine.holder(request_id) if isinstance(engine, DataParallelEngine) else 0
+        if index is None:
+            return None
+        blocks = engine.held_blocks(request_id)
+        if blocks is None:
+            return None
+        infos = self.rank_kv_transfers or (self.kv_transfer,)
+        return infos[index], blocks

@@ -639,14 +639,6 @@ class ModelConfig(_Section):
                 raise ValueError(
                     f"data_parallel.size > 1 needs engine: scheduler (this model's engine is {self.engine})"
                 )
-        dp = self.data_parallel
-        if self.kv_transfer is not None and dp.size > 1 and dp.rank is None and dp.load_balancing == "internal":
-            # Each rank hands off through its own side channel (port + rank) as in vLLM; behind one
-            # port the prefill answer would have to name the rank, which llmsim does not simulate.
-            raise ValueError(
-                "kv_transfer with data-parallel ranks behind one port is not simulated: give each rank its "
-                "own port (data_parallel.load_balancing: external) or its own server (data_parallel.rank)"
-            )
         return self
 
 

@@ -99,7 +99,8 @@ class DataParallelEngine(Engine):
     """Several engines (the ranks, in rank order) as one: requests go to the rank vLLM would pick.
 
     Everything else fans out: start, stop, abort, LoRA loads, prefix-cache resets; the snapshot is
-    the ranks' sum (what a server-wide load figure reports).
+    the ranks' sum (what a server-wide load figure reports). Blocks a prefill leg holds for a pull
+    (disaggregated prefill/decode) are asked of, and freed on, the rank that holds them.
     """
 
     name = "data_parallel"
@@ -157,3 +158,19 @@ class DataParallelEngine(Engine):
         # Every rank is asked, as vLLM's utility call goes to every engine.
         results = [rank.reset_prefix_cache() for rank in self.ranks]
         return all(results)
+
+    def holder(self, request_id: str) -> int | None:
+        """Which rank (index into :attr:`ranks`) holds prefill leg ``request_id``'s blocks, if any.
+
+        Request ids are unique across the server, so at most one rank holds them; the prefill
+        answer names that rank's engine id and side channel (vLLM: each rank is its own engine).
+        """
+        return next((i for i, rank in enumerate(self.ranks) if rank.held_blocks(request_id) is not None), None)
+
+    def held_blocks(self, request_id: str) -> tuple[int, ...] | None:
+        index = self.holder(request_id)
+        return self.ranks[index].held_blocks(request_id) if index is not None else None
+
+    def release_held(self, request_id: str) -> bool:
+        index = self.holder(request_id)
+        return self.ranks[index].release_held(request_id) if index is not None else False

@@ -48,12 +48,21 @@ class SideChannelServer:
         self.host = host
         self.port = port
         self._engines: dict[str, Engine] = {}
+        # Searched for requests that name no engine: the registered ones and the server's other ranks.
+        self._unnamed: list[Engine] = []
         self._server: asyncio.Server | None = None
         # Open connections' handlers (decode replicas keep theirs open): ended on stop.
         self._handlers: set[asyncio.Task[None]] = set()
 
     def register(self, engine_id: str, engine: Engine) -> None:
         self._engines[engine_id] = engine
+        self.register_unnamed(engine)
+
+    def register_unnamed(self, engine: Engine) -> None:
+        """Answer for ``engine`` only when a request names no engine: an SGLang prefill server has
+        one bootstrap port whichever data-parallel rank served the leg."""
+        if all(e is not engine for e in self._unnamed):
+            self._unnamed.append(engine)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_LINE)
@@ -83,7 +92,7 @@ class SideChannelServer:
                 return {"ok": False, "reason": "unknown engine"}
         else:
             # SGLang's legs name no engine: the one holding the request, if any.
-            engine = next((e for e in self._engines.values() if e.held_blocks(request_id) is not None), None)
+            engine = next((e for e in self._unnamed if e.held_blocks(request_id) is not None), None)
             if engine is None:
                 return {"ok": False, "reason": "not held"}
         if op == "release":
