@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +63,7 @@ class Pair:
     decode: ServerProcess
     side_port: int
     router_url: str
+    root: Path
 
 
 def _two_free_ports() -> int:
@@ -87,6 +88,33 @@ def _router_binary() -> str:
     return path
 
 
+@contextmanager
+def _router(root: Path, prefill: ServerProcess, decode: ServerProcess, *extra: str) -> Iterator[str]:
+    """``vllm-router --vllm-pd-disaggregation`` in front of the pair, healthy; its URL."""
+    port = free_port()
+    args = [_router_binary(), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
+    args += ["--prefill", prefill.base_url, "--decode", decode.base_url, "--policy", "round_robin", *extra]
+    args += ["--log-level", "warning", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+    log_path = root / f"router-{port}.log"
+    with log_path.open("wb") as log:
+        router = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert router.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "vllm-router not healthy after 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        stop_process(router)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     root = tmp_path_factory.mktemp("pddp")
@@ -101,26 +129,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         side_port = _two_free_ports()
         prefill = start("kv_producer", side_port)
         decode = start("kv_consumer", _two_free_ports())
-        port = free_port()
-        args = [_router_binary(), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
-        args += ["--prefill", prefill.base_url, "--decode", decode.base_url, "--policy", "round_robin"]
-        args += ["--log-level", "warning", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        log = (root / "router.log").open("wb")
-        stack.callback(log.close)
-        router = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        stack.callback(stop_process, router)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert router.poll() is None, (root / "router.log").read_text()
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "vllm-router not healthy after 60 s"
-            time.sleep(0.2)
-        yield Pair(prefill, decode, side_port, url)
+        url = stack.enter_context(_router(root, prefill, decode))
+        yield Pair(prefill, decode, side_port, url, root)
 
 
 def _page(server: ServerProcess) -> Page:
@@ -178,12 +188,15 @@ def test_a_leg_by_hand_names_its_rank_and_is_freed_there(pair: Pair, prefill_ran
     assert pulled[1 - decode_rank] == 0
 
 
-def test_requests_through_vllm_router_use_both_prefill_ranks_and_add_up(pair: Pair) -> None:
+def _through_router(pair: Pair, router_url: str, prompts: list[str]) -> tuple[list[float], list[float]]:
+    """Send ``prompts`` through the router (streamed and not); check every prompt token was computed
+    once on some prefill rank and pulled once by some decode rank, and no block is left held.
+    Returns the prefill legs each prefill rank served and the tokens each decode rank pulled."""
     _until_freed([pair.prefill, pair.decode])
     prefill_before, decode_before = _page(pair.prefill), _page(pair.decode)
-    client = openai.OpenAI(base_url=pair.router_url + "/v1", api_key="none", max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=router_url + "/v1", api_key="none", max_retries=0, timeout=60)
     prompt_tokens = 0
-    for i, prompt in enumerate(PROMPTS):
+    for i, prompt in enumerate(prompts):
         if i % 2:
             stream = client.completions.create(
                 model=MODEL, prompt=prompt, max_tokens=5, stream=True, stream_options={"include_usage": True}
@@ -207,14 +220,30 @@ def test_requests_through_vllm_router_use_both_prefill_ranks_and_add_up(pair: Pa
 
     # Every prompt token computed once on some prefill rank and pulled once by some decode rank.
     assert sum(rise(prefill_before, prefill_after, "vllm:prompt_tokens_total", r) for r in RANKS) == prompt_tokens
-    pulled = sum(
+    pulled = [
         rise(decode_before, decode_after, "vllm:prompt_tokens_by_source_total", r, source="external_kv_transfer")
         for r in RANKS
-    )
-    assert pulled == prompt_tokens
-    # One prefill leg per request, spread by the prefill server's own balancer over both ranks.
+    ]
+    assert sum(pulled) == prompt_tokens
     legs = [
         rise(prefill_before, prefill_after, "vllm:request_success_total", r, finished_reason="length") for r in RANKS
     ]
-    assert sum(legs) == len(PROMPTS)
+    assert sum(legs) == len(prompts)
+    return legs, pulled
+
+
+def test_requests_through_vllm_router_use_both_prefill_ranks_and_add_up(pair: Pair) -> None:
+    legs, _ = _through_router(pair, pair.router_url, PROMPTS)
+    # The router sends no rank: the prefill server's own balancer spread the legs over both ranks.
     assert all(n > 0 for n in legs)
+
+
+def test_with_vllm_routers_rank_pins_the_legs_still_pair_up(pair: Pair) -> None:
+    # --intra-node-data-parallel-size 2: each rank is a worker, x-data-parallel-rank on both legs
+    # (that pins land is test_data_parallel_routers.py's); round_robin over two workers per role
+    # puts half the prefill legs on each rank, and every pull still finds its rank's blocks.
+    prompts = [f"Pinned {i}: " + p for i, p in enumerate(PROMPTS[:4])]
+    with _router(pair.root, pair.prefill, pair.decode, "--intra-node-data-parallel-size", "2") as url:
+        legs, pulled = _through_router(pair, url, prompts)
+    assert legs == [2, 2]
+    assert all(n > 0 for n in pulled)
