@@ -394,7 +394,8 @@ def _serve_model(
     except ValueError as exc:
         raise ConfigError(file, str(exc), entry=config.entry_label(model.name), field="faults.timeline") from None
     # One engine id and side-channel port (port + global rank) per rank, as each vLLM rank is its own engine.
-    rank_transfers = tuple(info for rank in ranks if (info := kv_transfer_info(model, rank)) is not None)
+    base_id = str(uuid.uuid4())
+    rank_transfers = tuple(info for rank in ranks if (info := kv_transfer_info(model, rank, base_id)) is not None)
     return ServedModel(
         kv_transfer=rank_transfers[0] if rank_transfers else None,
         rank_kv_transfers=rank_transfers,
@@ -438,15 +439,20 @@ class LoopShare:
         return cls(clock, ReleaseGate(clock.now), ArrivalWatch())
 
 
-def kv_transfer_info(model: ModelConfig, rank: int = 0) -> KVTransferInfo | None:
-    """The side-channel address of the model's data-parallel ``rank`` (vLLM's port + rank) and a fresh
-    engine id (vLLM: a uuid4 per engine start)."""
+def kv_transfer_info(model: ModelConfig, rank: int = 0, base_id: str | None = None) -> KVTransferInfo | None:
+    """The side-channel address of the model's data-parallel ``rank`` (vLLM's port + rank) and its
+    engine id: ``base_id`` (vLLM: a uuid4 per server start; a fresh one when not given), with
+    data-parallel ranks ``_dp<rank>`` appended, as vLLM's engine core process does so that each
+    rank's id is unique (vLLM appends the rank local to its node: the global rank on one node)."""
     kv = model.kv_transfer
     if kv is None:
         return None
+    engine_id = base_id if base_id is not None else str(uuid.uuid4())
+    if model.data_parallel.size > 1:
+        engine_id = f"{engine_id}_dp{rank}"
     host = kv.side_channel_host.replace("{pod_ip}", os.environ.get("POD_IP", "127.0.0.1"))
     return KVTransferInfo(
-        engine_id=str(uuid.uuid4()),
+        engine_id=engine_id,
         host=host,
         port=kv.side_channel_port + rank,
         role=kv.kv_role,

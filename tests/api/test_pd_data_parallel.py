@@ -98,7 +98,9 @@ async def test_each_rank_has_its_own_engine_id_and_side_channel_port(
     _, model = served
     infos = model.rank_kv_transfers
     assert [info.port for info in infos] == [side_port, side_port + 1]
-    assert len({info.engine_id for info in infos}) == 2
+    # vLLM's engine core: the server's engine id with "_dp<rank>" appended, one per rank.
+    base = infos[0].engine_id.removesuffix("_dp0")
+    assert [info.engine_id for info in infos] == [f"{base}_dp0", f"{base}_dp1"]
     assert {(c.host, c.port) for c in side_channels({"m": model})} == {
         ("127.0.0.1", side_port),
         ("127.0.0.1", side_port + 1),

@@ -165,6 +165,8 @@ def test_a_leg_by_hand_names_its_rank_and_is_freed_there(pair: Pair, prefill_ran
     params = answer["kv_transfer_params"]
     # vLLM: the serving rank's side channel, VLLM_NIXL_SIDE_CHANNEL_PORT + dp rank.
     assert params["remote_port"] == pair.side_port + prefill_rank
+    # vLLM's engine core appends "_dp<rank>" to the server's engine id.
+    assert params["remote_engine_id"].endswith(f"_dp{prefill_rank}")
     assert params["remote_block_ids"][0]
     # Held on the serving rank only, until pulled.
     assert _usage(pair.prefill, prefill_rank) > 0
