@@ -8,7 +8,7 @@ import pytest
 from llmsim.engine.scheduler import SchedulerParams
 from llmsim.engine.scheduler.kv_link import KVLinkSpec
 from llmsim.fleet import FleetSpec, FleetWorkload, ReplicaGroup, RouterSpec, WorkloadShape, compare_routers, generate
-from llmsim.fleet.report import format_comparison
+from llmsim.fleet.report import fleet_json, format_comparison
 from llmsim.fleet.simulation import FleetSimulation
 from llmsim.types import FinishReason
 from tests.engine.scheduler.builders import KV_PER_TOKEN, roofline, seed_params, sized_params
@@ -208,3 +208,8 @@ def test_a_client_leaving_during_the_handoff_frees_the_held_blocks() -> None:
     assert decode.num_routed == 0
     assert not prefill.scheduler.held
     assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
+
+
+def test_a_plans_json_names_the_handoff_where_there_is_one() -> None:
+    assert fleet_json(handoff_fleet(0.004))["router"]["handoff_ms"] == pytest.approx(4.0)
+    assert "handoff_ms" not in fleet_json(handoff_fleet(0.0))["router"]  # as before the setting
