@@ -8,7 +8,7 @@ import pytest
 from llmsim.engine.scheduler import SchedulerParams
 from llmsim.engine.scheduler.kv_link import KVLinkSpec
 from llmsim.fleet import FleetSpec, FleetWorkload, ReplicaGroup, RouterSpec, WorkloadShape, compare_routers, generate
-from llmsim.fleet.report import format_comparison
+from llmsim.fleet.report import fleet_json, format_comparison
 from llmsim.fleet.simulation import FleetSimulation
 from llmsim.types import FinishReason
 from tests.engine.scheduler.builders import KV_PER_TOKEN, roofline, seed_params, sized_params
@@ -125,3 +125,91 @@ def test_a_client_leaving_during_the_pull_frees_both_sides() -> None:
     prefill, decode = sim.replicas
     assert not prefill.scheduler.held
     assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
+
+
+def handoff_fleet(handoff: float) -> FleetSpec:
+    spec = pd_fleet(1, 1)
+    return FleetSpec(spec.groups, RouterSpec("round-robin", 0.0, handoff=handoff))
+
+
+def test_the_handoff_delays_the_decode_leg_on_an_idle_decode_replica_by_exactly_itself() -> None:
+    """One request: the decode leg reaches the idle decode replica ``handoff`` after the prefill
+    leg's token (t1), so its pull, recompute and every token come exactly that much later."""
+    handoff = 0.004
+    sim = FleetSimulation(handoff_fleet(handoff), workload((0.0, 16, 3)), keep_token_times=True, audit=True)
+    (outcome,) = sim.run().requests
+    t1 = roofline(16, 16)
+    first = t1 + handoff + pull(16) + LATENCY + roofline(1, 16)
+    assert outcome.token_times == pytest.approx(
+        (first, first + roofline(1, 17), first + roofline(1, 17) + roofline(1, 18))
+    )
+    assert outcome.ttft == pytest.approx(first)  # from the client's send at 0
+    decode_leg = sim.seqs[0]
+    assert decode_leg is not None
+    assert decode_leg.arrival == pytest.approx(t1 + handoff)
+    prefill, decode = sim.replicas
+    assert not prefill.scheduler.held
+    assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
+
+
+def test_a_constant_handoff_shifts_a_busy_decode_replicas_whole_timeline() -> None:
+    """Request 0 decodes alone on the decode replica (step j at context 16 + j, from its pull);
+    request 1, sent when request 0's prefill ends, ends its own prefill at 2 t1 and its decode leg
+    arrives ``handoff`` later, in the middle of a step. As vLLM's scheduler, the decode replica
+    starts its pull at the next step's start (``pull + latency`` long), and it recomputes in the
+    first step starting at or after the pull is in, beside request 0's decode at context 16 + j.
+
+    Every decode leg arrives ``handoff`` later, request 0's steps included: the arrival's place
+    among the decode replica's steps, and so each leg's TTFT from its own arrival, do not move;
+    the client's TTFT moves by exactly ``handoff``."""
+    t1 = roofline(16, 16)
+    step = roofline(1, 16)
+    ttfts = []
+    for handoff in (0.0, 0.4 * step):
+        sim = FleetSimulation(
+            handoff_fleet(handoff), workload((0.0, 16, 40), (t1, 16, 3)), keep_token_times=True, audit=True
+        )
+        first, second = sim.run().requests
+        boundaries = [t1 + handoff + pull(16) + LATENCY]
+        for j in range(40):
+            boundaries.append(boundaries[-1] + roofline(1, 16 + j))
+        arrival = 2 * t1 + handoff
+        admitted = next(b for b in boundaries if b >= arrival)
+        assert admitted > arrival  # it waits for a step's end to start its pull
+        j = next(k for k, b in enumerate(boundaries) if b >= admitted + pull(16) + LATENCY)
+        assert j >= 2  # request 0 decoded alone until then
+        assert first.token_times[:j] == pytest.approx(tuple(boundaries[1 : j + 1]))
+        assert second.token_times[0] == pytest.approx(boundaries[j] + roofline(2, 32 + j))
+        decode_leg = sim.seqs[1]
+        assert decode_leg is not None
+        assert decode_leg.arrival == pytest.approx(arrival)
+        ttfts.append((second.ttft, second.token_times[0] - decode_leg.arrival))
+    (client0, leg0), (client1, leg1) = ttfts
+    assert client0 is not None
+    assert client1 is not None
+    assert client1 - client0 == pytest.approx(0.4 * step)
+    assert leg1 == pytest.approx(leg0)
+
+
+def test_a_client_leaving_during_the_handoff_frees_the_held_blocks() -> None:
+    """The client leaves between the prefill leg's end (t1) and the decode leg's send: the decode
+    leg never goes out, the request ends aborted with no token, and the prefill replica frees the
+    blocks it held at once."""
+    t1 = roofline(16, 16)
+    handoff = 0.004
+    leave = t1 + handoff / 2
+    sim = FleetSimulation(handoff_fleet(handoff), FleetWorkload((request(0, 0.0, 16, 3, abort_at=leave),)), audit=True)
+    (outcome,) = sim.run().requests
+    assert outcome.aborted
+    assert outcome.ttft is None
+    assert outcome.output_tokens == 0
+    assert outcome.e2e == pytest.approx(leave)
+    prefill, decode = sim.replicas
+    assert decode.num_routed == 0
+    assert not prefill.scheduler.held
+    assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
+
+
+def test_a_plans_json_names_the_handoff_where_there_is_one() -> None:
+    assert fleet_json(handoff_fleet(0.004))["router"]["handoff_ms"] == pytest.approx(4.0)
+    assert "handoff_ms" not in fleet_json(handoff_fleet(0.0))["router"]  # as before the setting

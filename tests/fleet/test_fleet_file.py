@@ -56,6 +56,7 @@ def test_defaults_and_the_embedded_models(tmp_path: Path) -> None:
     fleet = load_fleet(tmp_path / "fleet.yml", load_models_config(), EMBEDDED_MODELS)
     assert fleet.num_replicas == 1
     assert (fleet.router.policy, fleet.router.scrape_interval) == ("least-requests", 0.05)
+    assert fleet.router.handoff == 0.0  # the decode leg is sent the instant the prefill leg ends
     # The inference extension's default profile weights.
     assert (fleet.router.weights.queue, fleet.router.weights.kv_cache, fleet.router.weights.prefix) == (2, 2, 3)
 
@@ -144,7 +145,7 @@ def test_a_disaggregated_fleet_with_its_two_picks(tmp_path: Path) -> None:
     fleet = load(
         tmp_path,
         """
-router: {policy: random, prefill_policy: least-requests, decode_policy: least-kv}
+router: {policy: random, prefill_policy: least-requests, decode_policy: least-kv, handoff_ms: 7.5}
 replicas:
   - {model: prefill, count: 2}
   - {model: decode, count: 3}
@@ -155,6 +156,7 @@ replicas:
     assert fleet.disaggregated
     assert [(g.kv_role, g.count) for g in fleet.groups] == [("kv_producer", 2), ("kv_consumer", 3)]
     assert (fleet.router.prefill, fleet.router.decode) == ("least-requests", "least-kv")
+    assert fleet.router.handoff == pytest.approx(0.0075)  # ms in the file, seconds in the spec
     decode = fleet.groups[1]
     assert decode.kv_link is not None
     # models.yml's GB/s and ms.
@@ -196,6 +198,18 @@ def test_data_parallel_models_make_ranks(tmp_path: Path) -> None:
         (
             "router: {decode_policy: least-kv}\nreplicas: [{model: plain}]\n",
             "router: field 'decode_policy': applies to a disaggregated fleet (models with kv_transfer) only",
+        ),
+        (
+            "router: {handoff_ms: 5}\nreplicas: [{model: plain}]\n",
+            "router: field 'handoff_ms': applies to a disaggregated fleet (models with kv_transfer) only",
+        ),
+        (
+            "router: {handoff_ms: -1}\nreplicas: [{model: prefill}, {model: decode}]\n",
+            "router: field 'handoff_ms': Input should be greater than or equal to 0",
+        ),
+        (
+            "router: {handoff_ms: .inf}\nreplicas: [{model: prefill}, {model: decode}]\n",
+            "router: field 'handoff_ms': Input should be a finite number",
         ),
     ],
 )

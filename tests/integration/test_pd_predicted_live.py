@@ -12,9 +12,14 @@ against the planner's figures for the same leg:
 
 - the prefill leg's TTFT on the prefill replica (its one token: queueing and the prefill step);
 - the decode leg's TTFT on the decode replica, from the decode leg's own arrival (the pull, the
-  wait for a step, the recompute of the last prompt token): in the plan the decode leg arrives when
-  the prefill leg ends, live when the router has read the prefill answer and sent the decode leg;
+  wait for a step, the recompute of the last prompt token);
 - ITL on the decode replica.
+
+The router's hand-off between the legs (the prefill leg's last token to the decode leg's arrival)
+is measured from the servers' own records and given to the plan (the fleet's
+``router.handoff_ms``): each server's fault timeline, which never faults, records each request's
+arrival, started on this process's monotonic clock (the servers' clock too); the prefill legs'
+E2E histogram sum gives their last tokens. It is a mean: the servers keep no per-request finish.
 
 The model is the reference GPU at a sixteenth of its speed (from the predict-then-measure
 experiments, :mod:`llmsim.benchmark.experiments`): a decode step lasts ~75 ms and a 512-token
@@ -23,18 +28,18 @@ machine stay small against a step.
 
 Bounds: the goal's 5 % on the prefill legs' TTFT p50 and the ITL p50 (measured: within 0.3 %),
 and on the decode legs' mean TTFT over the fleet (exact, from the TTFT histograms' sums and counts).
-The decode legs' TTFT p50 per replica gets 15 %: the planner sends the decode leg the instant the
-prefill leg ends, vllm-router some milliseconds later (it reads the prefill answer, then sends the
-decode leg; the client sees 6-12 ms more than the plan, both hops and HTTP), which moves each decode leg's arrival against
-the decode replica's steps. A leg that now becomes ready just after a step started waits a whole
-step (75 ms) more, the others a little less; the mean barely moves (the arrival's phase in a step is
-as likely anywhere), a p50 of 24 such values moved by up to 10 % in repeated runs. docs/pd.md has
-the figures.
+The decode legs' TTFT p50 per replica gets 15 %: the hand-off's mean moves every decode leg alike,
+so it moves no decode leg's place among the decode replica's steps (nor the plan's figure); its
+spread from request to request, which the plan does not have, does. A leg that now becomes ready
+just after a step started waits a whole step (75 ms) more, the others a little less; the mean
+barely moves (the arrival's phase in a step is as likely anywhere), a p50 of 24 such values moved
+by up to 10 % in repeated runs. docs/pd.md has the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -51,7 +56,7 @@ import yaml
 
 from llmsim.cli import main
 from llmsim.config import load_models_config
-from llmsim.fleet import load_fleet, load_trace, poisson_arrivals
+from llmsim.fleet import FleetSpec, load_fleet, load_trace, poisson_arrivals
 from llmsim.fleet.simulation import FleetSimulation
 from tests.integration.test_pd_router_live import _router_binary
 from tests.metrics.scrape import parse
@@ -82,6 +87,8 @@ def served_config(role: str) -> str:
     (model,) = [m for m in planned["models"] if m["kv_transfer"]["kv_role"] == role]
     model["name"] = "m"
     model["kv_transfer"]["side_channel_port"] = free_port()
+    # A fault timeline that never faults: its record of each request's arrival times the hand-off.
+    model["faults"] = {"timeline": {"start": "admin", "phases": [{"name": "never", "at": 3600, "clear": True}]}}
     return json.dumps({"version": 1, "hardware": planned["hardware"], "models": [model]})
 
 
@@ -190,12 +197,56 @@ def decode_ttft_sum_count(server: ServerProcess) -> tuple[float, float]:
     )
 
 
+def timeline_origin(server: ServerProcess, samples: int = 9) -> float:
+    """Time 0 of ``server``'s started timeline on this process's monotonic clock, which is the
+    server's clock too (``time.monotonic``: one clock for every process of the machine).
+
+    Each read of the timeline's elapsed time is placed in the middle of its round trip; the read
+    with the shortest round trip is the closest (a busy machine delays some reads by ms).
+    """
+    best = (float("inf"), 0.0)
+    with httpx.Client(base_url=server.base_url, timeout=5) as client:
+        for _ in range(samples):
+            before = time.monotonic()
+            elapsed = client.get("/admin/timeline").json()["m"]["elapsed_s"]
+            after = time.monotonic()
+            best = min(best, (after - before, (before + after) / 2 - elapsed))
+    return best[1]
+
+
+def arrival_times(server: ServerProcess, start: float) -> list[float]:
+    """When each request reached ``server`` (its timeline's record), on this process's monotonic clock."""
+    body: dict[str, Any] = httpx.get(server.base_url + "/admin/timeline/requests", timeout=5).json()
+    return [start + t for t in body["m"]["t"]]
+
+
+def e2e_sum(server: ServerProcess) -> float:
+    """The E2E histogram's sum: each request's arrival to its last token, in the server's own timings."""
+    page = parse(httpx.get(server.base_url + "/metrics", timeout=5).text)
+    return page.get("vllm:e2e_request_latency_seconds_sum", model_name="m", engine="0")
+
+
 def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path: Path) -> None:
     before = [decode_ttft_sum_count(server) for server in fleet.decode]
+    prefill_e2e_before = sum(e2e_sum(server) for server in fleet.prefill)
     for server in [*fleet.prefill, *fleet.decode]:
         assert httpx.delete(server.base_url + "/metrics/summary", timeout=5).status_code == 204
+    for server in [*fleet.prefill, *fleet.decode]:
+        assert httpx.post(server.base_url + "/admin/timeline/start", timeout=5).status_code == 200
     arrivals = poisson_arrivals(RATE, 60.0, SEED)[:REQUESTS]
     sent, client_ttft = asyncio.run(send_all(fleet.router_url, arrivals))
+
+    # The router's hand-off, from the servers' own timings: on average, a decode leg reaches its
+    # decode server this long after the prefill leg's last token on its prefill server (its
+    # arrival there plus its E2E). A mean, as the servers keep no per-request finish times.
+    starts = [timeline_origin(server) for server in [*fleet.prefill, *fleet.decode]]
+    prefill_arrivals = [t for s, at in zip(fleet.prefill, starts[:PREFILL], strict=True) for t in arrival_times(s, at)]
+    decode_arrivals = [t for s, at in zip(fleet.decode, starts[PREFILL:], strict=True) for t in arrival_times(s, at)]
+    assert len(prefill_arrivals) == len(decode_arrivals) == REQUESTS
+    prefill_e2e = sum(e2e_sum(server) for server in fleet.prefill) - prefill_e2e_before
+    handoff = (sum(decode_arrivals) - sum(prefill_arrivals) - prefill_e2e) / REQUESTS
+    print(f"router hand-off between the legs (ms, mean from the servers' records): {handoff * 1000:.2f}")
+    assert handoff > 0  # the decode leg leaves the router after the prefill answer is in
 
     # The trace of what was actually sent, planned on the same models behind the same picks.
     trace = tmp_path / "trace.jsonl"
@@ -207,6 +258,7 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
     trace.write_text("\n".join(lines) + "\n")
     spec = load_fleet(FLEET_FILE, load_models_config(str(MODELS_FILE)), str(MODELS_FILE))
     assert [(g.count, g.kv_role) for g in spec.groups] == [(PREFILL, "kv_producer"), (DECODE, "kv_consumer")]
+    spec = FleetSpec(spec.groups, dataclasses.replace(spec.router, handoff=handoff))
     simulation = FleetSimulation(spec, load_trace(trace), keep_token_times=True)
     result = simulation.run()
 
@@ -215,15 +267,18 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
     prefill_ttft: list[list[float]] = [[] for _ in range(PREFILL)]
     decode_ttft: list[list[float]] = [[] for _ in range(DECODE)]
     itl: list[list[float]] = [[] for _ in range(DECODE)]
-    for i, (outcome, leg) in enumerate(zip(result.requests, simulation.prefill_seqs, strict=True)):
+    for i, (outcome, leg, decode_leg) in enumerate(
+        zip(result.requests, simulation.prefill_seqs, simulation.seqs, strict=True)
+    ):
         assert leg is not None
+        assert decode_leg is not None
         assert leg.first_token_time is not None
-        assert leg.finished_time is not None
         assert outcome.ttft is not None
         d = outcome.replica - PREFILL
         prefill_ttft[simulation.prefill_replica_of[i]].append(leg.first_token_time - leg.arrival)
-        # The decode leg arrives when the prefill leg ends (the outcome is timed from the send).
-        decode_ttft[d].append(outcome.arrival + outcome.ttft - leg.finished_time)
+        # From the decode leg's own arrival, as the decode replica times it (the outcome is timed
+        # from the send): the fleet file's router.handoff_ms after the prefill leg ended.
+        decode_ttft[d].append(outcome.arrival + outcome.ttft - decode_leg.arrival)
         itl[d] += [b - a for a, b in itertools.pairwise(outcome.token_times)]
 
     figures: dict[str, tuple[float, float]] = {}

@@ -9,6 +9,8 @@
       dp_aware: false             # true: the router sees data-parallel ranks and pins each request to one
       prefill_policy: least-requests   # disaggregated fleets: the prefill pick and the decode pick
       decode_policy: least-kv          # (default: policy)
+      handoff_ms: 0               # disaggregated fleets: a prefill leg's last token to its decode
+                                  # leg's arrival at the decode replica (the proxy's read and send)
     replicas:
       - {model: llama-3.1-8b, count: 4}             # a model of --config's models.yml (or the embedded one)
       - {model: llama-a100, count: 2, name: a100}   # name: the group's label (default: the model)
@@ -57,6 +59,8 @@ class RouterSection(_Section):
     # A disaggregated fleet's picks (vllm-router's --prefill-policy / --decode-policy); default: policy.
     prefill_policy: RouterPolicy | None = None
     decode_policy: RouterPolicy | None = None
+    # A disaggregated fleet's time from a prefill leg's last token to its decode leg's arrival.
+    handoff_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
 
 
 class ReplicaEntry(_Section):
@@ -89,11 +93,11 @@ def parse_fleet(text: str, file: str, models: ModelsConfig, models_file: str) ->
         raise ConfigError(
             file, f"apply to policy 'weighted' only, not '{router.policy}'", entry="router", field="weights"
         )
-    if (router.prefill_policy or router.decode_policy) and not any(
+    if (router.prefill_policy or router.decode_policy or router.handoff_ms) and not any(
         (models.model(e.model).kv_transfer if e.model in {m.name for m in models.models} else None)
         for e in parsed.replicas
     ):
-        field = "prefill_policy" if router.prefill_policy else "decode_policy"
+        field = "prefill_policy" if router.prefill_policy else "decode_policy" if router.decode_policy else "handoff_ms"
         raise ConfigError(
             file, "applies to a disaggregated fleet (models with kv_transfer) only", entry="router", field=field
         )
@@ -148,6 +152,7 @@ def parse_fleet(text: str, file: str, models: ModelsConfig, models_file: str) ->
         dp_aware=router.dp_aware,
         prefill_policy=router.prefill_policy,
         decode_policy=router.decode_policy,
+        handoff=router.handoff_ms / 1000.0,
     )
     try:
         return FleetSpec(tuple(groups), spec)

@@ -294,6 +294,8 @@ def fleet_json(fleet: FleetSpec) -> dict[str, Any]:
     if fleet.disaggregated:
         router["prefill_policy"] = r.prefill
         router["decode_policy"] = r.decode
+        if r.handoff:
+            router["handoff_ms"] = r.handoff * 1000
     replicas: list[dict[str, Any]] = []
     for g in fleet.groups:
         group: dict[str, Any] = {"name": g.name, "model": g.model, "count": g.count}

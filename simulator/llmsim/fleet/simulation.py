@@ -6,8 +6,9 @@ the live driver's for one replica:
 
 1. every step ending at ``T`` releases its tokens; requests that ended free their client's
    concurrency slot and release the turn that follows them;
-2. requests sent at ``T`` are routed (the router reads each replica's last scrape) and join the
-   chosen replica's inbox; clients leaving at ``T`` abort;
+2. decode legs the proxy sends at ``T`` (a hand-off after their prefill leg ended, in the order
+   the prefill legs ended), then requests sent at ``T``, are routed (the router reads each
+   replica's last scrape) and join the chosen replica's inbox; clients leaving at ``T`` abort;
 3. every replica that ended a step at ``T``, in index order, then every replica that was idle and
    got a request, admits its inbox and starts its next step at ``T``.
 
@@ -181,6 +182,12 @@ class FleetSimulation:
         self.prefill_seqs: list[Sequence | None] = [None] * n
         self.prefill_replica_of = [-1] * n
         self.sent_at = [0.0] * n
+        # (time, sequence number, index): decode legs the proxy sends after the router's hand-off,
+        # and the requests between their two legs (a client leaving then cancels the decode leg).
+        self.handoff = fleet.router.handoff
+        self.handoffs: list[tuple[float, int, int]] = []
+        self.num_handoffs = 0
+        self.handing_off: set[int] = set()
         self.replica_of = [-1] * n
         self.outcomes: list[RequestOutcome | None] = [None] * n
         self.followers: dict[int, list[int]] = {}
@@ -232,6 +239,8 @@ class FleetSimulation:
                 now = aborts[0][0]
             if wakeups and wakeups[0][0] < now:
                 now = wakeups[0][0]
+            if self.handoffs and self.handoffs[0][0] < now:
+                now = self.handoffs[0][0]
             if now == _INF:
                 break
             # 1. Steps ending now.
@@ -310,6 +319,12 @@ class FleetSimulation:
         replica.starting = True
 
     def _sends_and_aborts(self, now: float, ended: list[Sequence]) -> None:
+        handoffs = self.handoffs
+        while handoffs and handoffs[0][0] <= now:
+            i = heapq.heappop(handoffs)[2]
+            if i in self.handing_off:  # else its client left during the hand-off
+                self.handing_off.discard(i)
+                self._send_decode(i, now)
         ready = self.ready
         aborts = self.aborts
         while (ready and ready[0][0] <= now) or (aborts and aborts[0][0] <= now):
@@ -345,7 +360,7 @@ class FleetSimulation:
         self._route(i, replica, seq, now)
 
     def _send_decode(self, i: int, now: float) -> None:
-        """The prefill leg of request ``i`` ended at its length: the proxy sends its decode leg now."""
+        """The proxy sends request ``i``'s decode leg now (its prefill leg ended, the hand-off passed)."""
         request = self.workload.requests[i]
         replica = self._pick(self.decode_router, self.decode_endpoints, self.decode_side, request, now)
         seq = replica.sequence(i, request, now, self.own_from[i])
@@ -389,6 +404,9 @@ class FleetSimulation:
             self.starting.append(replica)
 
     def _abort(self, i: int, now: float, ended: list[Sequence]) -> None:
+        if i in self.handing_off:
+            self._abort_handoff(i, now)
+            return
         seq = self.seqs[i]
         if seq is None:
             # Not sent yet (waiting for a slot, or for the request it follows): never will be.
@@ -416,16 +434,60 @@ class FleetSimulation:
         for seq in ended:
             i = int(seq.request_id)
             if seq.remote_decode and seq.finish_reason is _LENGTH and seq.status is _FINISHED:
-                # The prefill answer is in: the decode leg goes out at once; the request goes on.
-                self._send_decode(i, now)
+                # The prefill answer is in: the decode leg goes out after the router's hand-off
+                # (at once without one); the request goes on.
+                if self.handoff:
+                    self.handing_off.add(i)
+                    heapq.heappush(self.handoffs, (now + self.handoff, self.num_handoffs, i))
+                    self.num_handoffs += 1
+                else:
+                    self._send_decode(i, now)
                 continue
             self._record(i, seq)
-            self.in_flight -= 1
-            if self.followers:
-                self._release_followers(i, now)
-            if self.blocked and (self.limit is None or self.in_flight < self.limit):
-                self._send(self.blocked.popleft(), now)
+            self._done(i, now)
         ended.clear()
+
+    def _done(self, i: int, now: float) -> None:
+        """Request ``i`` (recorded) ended at ``now``: free its client's slot, release what follows it."""
+        self.in_flight -= 1
+        if self.followers:
+            self._release_followers(i, now)
+        if self.blocked and (self.limit is None or self.in_flight < self.limit):
+            self._send(self.blocked.popleft(), now)
+
+    def _abort_handoff(self, i: int, now: float) -> None:
+        """The client left between the two legs: the proxy never sends the decode leg, and tells the
+        prefill side to free what it holds (as for a client leaving during the decode leg)."""
+        self.handing_off.discard(i)
+        held = self.prefill_seqs[i]
+        assert held is not None
+        assert held.scheduled_time is not None
+        source = self.replicas[self.prefill_replica_of[i]]
+        version = source.version
+        source.release_held(held, now, self._passed(source))
+        self._changed(source, version)
+        if source.scheduler.waiting:
+            self._wake(source)  # the freed blocks may let a waiting request in
+        sent = self.sent_at[i]
+        request = self.workload.requests[i]
+        # No token reached the client: vllm-router streams the decode leg's answer only.
+        self.outcomes[i] = RequestOutcome(
+            index=i,
+            replica=source.index,
+            arrival=sent,
+            prompt_tokens=held.prompt_tokens,
+            output_tokens=0,
+            finish_reason=FinishReason.ABORT,
+            ttft=None,
+            e2e=now - sent,
+            queue_time=held.scheduled_time - sent,
+            num_preemptions=held.num_preemptions,
+            tpot=None,
+            prefix_hit_tokens=source.prefix_hit_tokens(held),
+            prefix_query_tokens=source.prefix_query_tokens(held),
+            adapter=request.adapter,
+        )
+        self._done(i, now)
 
     def _release_followers(self, i: int, now: float) -> None:
         for j in self.followers.get(i, ()):

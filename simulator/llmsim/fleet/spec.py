@@ -63,6 +63,10 @@ class RouterSpec:
     # which prefill replica, then which decode replica; None: ``policy``.
     prefill_policy: RouterPolicy | None = None
     decode_policy: RouterPolicy | None = None
+    # Seconds from a prefill leg's last token to its decode leg's arrival at the decode replica: the
+    # proxy reads the prefill answer, picks a decode replica and sends the decode leg (vllm-router:
+    # a few ms). 0: at once.
+    handoff: float = 0.0
 
     def __post_init__(self) -> None:
         for policy in (self.policy, self.prefill_policy or self.policy, self.decode_policy or self.policy):
@@ -70,6 +74,8 @@ class RouterSpec:
                 raise ValueError(f"unknown router '{policy}' (routers: {', '.join(ROUTER_POLICIES)})")
         if self.scrape_interval < 0:
             raise ValueError(f"scrape_interval must be >= 0, got {self.scrape_interval}")
+        if not 0 <= self.handoff < float("inf"):
+            raise ValueError(f"handoff must be >= 0 and finite, got {self.handoff}")
 
     @property
     def prefill(self) -> RouterPolicy:
