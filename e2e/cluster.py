@@ -120,23 +120,21 @@ class Cluster:
         """An httpx client for the API server's own URLs (proxies included), authenticated as the kubeconfig user."""
         return httpx.Client(base_url=self.host, verify=self.ssl_context, headers=self.headers, timeout=timeout)
 
-    def service_url(self, namespace: str, service: str) -> str:
-        """Base URL of a Service's port ``http`` through the API server's service proxy."""
-        return f"{self.host}/api/v1/namespaces/{namespace}/services/{service}:http/proxy"
+    def service_url(self, namespace: str, service: str, port: str = "http") -> str:
+        """Base URL of a Service's port (by name, ``http`` unless told) through the API server's service proxy."""
+        return f"{self.host}/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"
 
     def pod_proxy_path(self, namespace: str, pod: str, port: int = 8000) -> str:
         return f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy"
 
-    def pod_metrics(self, namespace: str, pod: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """One pod's /metrics (through the pod proxy), as (sample name, sorted labels) -> value."""
+    def pod_metrics(
+        self, namespace: str, pod: str, port: int = 8000
+    ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """One pod's /metrics on ``port`` (through the pod proxy), as (sample name, sorted labels) -> value."""
         with self.http() as http:
-            response = http.get(self.pod_proxy_path(namespace, pod) + "/metrics")
+            response = http.get(self.pod_proxy_path(namespace, pod, port) + "/metrics")
         response.raise_for_status()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(response.text)
-            for s in family.samples
-        }
+        return parse_metrics(response.text)
 
     def pod_urls(self, namespace: str, selector: str) -> dict[str, str]:
         """Pod name -> base URL of its port 8000: the pod IP when this host routes to it, else a port-forward."""
@@ -221,6 +219,15 @@ def connects(host: str | None, port: int) -> bool:
         return False
 
 
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A /metrics page as (sample name, sorted labels) -> value."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 def sum_samples(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
     """Sum of the samples named ``name`` whose labels include ``labels``."""
     return sum(v for (n, ls), v in metrics.items() if n == name and set(labels.items()) <= set(ls))
@@ -267,5 +274,7 @@ def diagnostics(namespaces: list[str]) -> str:
         section(f"{ns}: events", "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
         section(f"{ns}: LLMSimulators", "-n", ns, "get", "llmsimulators", "-o", "yaml")
         section(f"{ns}: simulator logs", "-n", ns, "logs", "-l", "app.kubernetes.io/name=llmsim", "--tail=20",
+                "--prefix")  # fmt: skip
+        section(f"{ns}: vllm-router logs", "-n", ns, "logs", "-l", "app.kubernetes.io/name=vllm-router", "--tail=40",
                 "--prefix")  # fmt: skip
     return "\n".join(parts)

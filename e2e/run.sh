@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make e2e`: the product as users run it, on a real cluster. Both images are built from our
-# Dockerfiles, the operator is installed with `llmsim-operator manifests`, then the e2e suite runs
-# (operator, fleets, service traffic, a LiteLLM gateway, a Prometheus) and the operator-fleet bench.
+# Dockerfiles (and vllm-router's, deploy/vllm-router, for the P/D test), the operator is installed with
+# `llmsim-operator manifests`, then the e2e suite runs (operator, fleets, service traffic, a LiteLLM
+# gateway, a Prometheus, P/D through vllm-router) and the operator-fleet bench.
 #
 # The cluster, in order of preference:
 #   1. whatever KUBECONFIG (or ~/.kube/config) reaches;
@@ -11,10 +12,11 @@
 #      node's containerd).
 # On a reachable cluster the images go in the same way: kind-* contexts by docker build + kind load,
 # the local cluster by build-image.sh; for any other cluster push them yourself and set
-# E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=...
+# E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=... E2E_ROUTER_IMAGE=...
 #
 # Arguments go to pytest (make e2e PYTEST_ARGS="-k gateway").
-# Env: E2E_TAG (e2e), E2E_SIMULATOR_IMAGE, E2E_OPERATOR_IMAGE, E2E_SKIP_BUILD=1, E2E_BENCH=0 (no bench).
+# Env: E2E_TAG (e2e), E2E_SIMULATOR_IMAGE, E2E_OPERATOR_IMAGE, E2E_ROUTER_IMAGE, E2E_SKIP_BUILD=1,
+#      E2E_BENCH=0 (no bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -22,6 +24,8 @@ BIN="${VENV_BIN:-$ROOT/.venv/bin}"
 TAG="${E2E_TAG:-e2e}"
 export E2E_SIMULATOR_IMAGE="${E2E_SIMULATOR_IMAGE:-llmsim:$TAG}"
 export E2E_OPERATOR_IMAGE="${E2E_OPERATOR_IMAGE:-llmsim-operator:$TAG}"
+# vllm-router (PyPI, pinned in its Dockerfile) in front of a disaggregated LLMSimulator (e2e/test_8b_pd_router.py).
+export E2E_ROUTER_IMAGE="${E2E_ROUTER_IMAGE:-vllm-router:$TAG}"
 LOCAL_KUBECONFIG=/tmp/k8s-run/kubeconfig
 T0=$SECONDS
 TIMES=()
@@ -46,12 +50,12 @@ reachable() { command -v kubectl >/dev/null 2>&1 && kubectl get --raw /readyz >/
 docker_and_kind() { command -v kind >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 local_cluster() { [[ "$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null)" == https://127.0.0.1:6443 ]] && ctr -n k8s.io version >/dev/null 2>&1; }
 
-# build_image DOCKERFILE TAG: build-image.sh, then check the import ourselves when it says it failed (exit 5):
-# its check `ctr images ls -q | grep -q` under pipefail fails whenever grep exits before ctr is done
-# writing (SIGPIPE), although the image is there.
+# build_image DOCKERFILE TAG [CONTEXT]: build-image.sh, then check the import ourselves when it says it
+# failed (exit 5): its check `ctr images ls -q | grep -q` under pipefail fails whenever grep exits before
+# ctr is done writing (SIGPIPE), although the image is there.
 build_image() {
     local rc=0 ref="$2"
-    "$SCRIPTS/build-image.sh" . "$1" "$2" >&2 || rc=$?
+    "$SCRIPTS/build-image.sh" "${3:-.}" "$1" "$2" >&2 || rc=$?
     [[ $ref == */* ]] || ref="docker.io/library/$ref"
     if [[ $rc == 5 ]] && ctr -n k8s.io images ls -q >"$TMPDIR_E2E/images" && grep -Fxq "$ref" "$TMPDIR_E2E/images"; then
         say "$ref is in containerd after all (build-image.sh's own check lost a SIGPIPE race)"
@@ -92,16 +96,18 @@ command -v kubectl >/dev/null 2>&1 || die "kubectl not found on PATH"
 
 # ---- 2. images
 if [[ "${E2E_SKIP_BUILD:-0}" == 1 ]]; then
-    say "E2E_SKIP_BUILD=1: using $E2E_SIMULATOR_IMAGE and $E2E_OPERATOR_IMAGE as they are"
+    say "E2E_SKIP_BUILD=1: using $E2E_SIMULATOR_IMAGE, $E2E_OPERATOR_IMAGE and $E2E_ROUTER_IMAGE as they are"
 elif [[ $LOADER == kind ]]; then
     timed images e2e/kind-up.sh >&2
 elif [[ $LOADER == local ]]; then
     SCRIPTS="${SCRIPTS:-$(hack/k8s-scripts.sh)}"
-    say "building $E2E_SIMULATOR_IMAGE and $E2E_OPERATOR_IMAGE with $SCRIPTS/build-image.sh"
+    say "building $E2E_SIMULATOR_IMAGE, $E2E_OPERATOR_IMAGE and $E2E_ROUTER_IMAGE with $SCRIPTS/build-image.sh"
     timed image-simulator build_image Dockerfile "$E2E_SIMULATOR_IMAGE"
     timed image-operator build_image Dockerfile.operator "$E2E_OPERATOR_IMAGE"
+    # Its own context: nothing of the checkout goes in, so the pip-install layer stays cached across runs.
+    timed image-router build_image deploy/vllm-router/Dockerfile "$E2E_ROUTER_IMAGE" deploy/vllm-router
 else
-    die "cannot load images into this cluster (neither kind nor the local cluster): push them and set E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=..."
+    die "cannot load images into this cluster (neither kind nor the local cluster): push them and set E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=... E2E_ROUTER_IMAGE=..."
 fi
 
 # ---- 3. the operator, as users install it

@@ -6,7 +6,7 @@ patch scales prefill; deleting the LLMSimulator removes every child. TLS: a kube
 is mounted and the pods pass their probes over HTTPS and answer HTTPS.
 
 What a P/D request does on the wire (kv_transfer_params, the side channel) is the simulator's part;
-here the pods of each role answer as servers.
+here the pods of each role answer as servers. P/D traffic through vllm-router: e2e/test_8b_pd_router.py.
 """
 
 from __future__ import annotations
