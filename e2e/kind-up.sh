@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # With Docker and kind: create a kind cluster (once), build both images and load them into it.
 # e2e/run.sh (make e2e) calls it when no cluster is reachable and Docker and kind are there; it then
-# installs the operator with `llmsim-operator manifests` and runs the suite.
+# installs the operator from the release's install.yaml and runs the suite.
 #
 # Needs docker (with a running engine), kind and kubectl on PATH.
 # Env: KIND_CLUSTER (llmsim-e2e), E2E_SIMULATOR_IMAGE (llmsim:e2e), E2E_OPERATOR_IMAGE (llmsim-operator:e2e).
