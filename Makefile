@@ -67,7 +67,8 @@ envtest:
 
 # The product on a real cluster: the one KUBECONFIG reaches, else kind (with Docker), else this
 # machine's local Kubernetes from the shared k8s scripts. Images from our Dockerfiles, the operator
-# from `llmsim-operator manifests`, a LiteLLM gateway and a Prometheus; see e2e/run.sh and docs/operator.md.
+# and the chart from the release's install.yaml and chart archive (hack/release.sh), a LiteLLM gateway
+# and a Prometheus; see e2e/run.sh and docs/operator.md.
 e2e: $(VENV)/.installed-dev system-deps
 	e2e/run.sh $(PYTEST_ARGS)
 

@@ -2,7 +2,7 @@
 # With Docker and kind: create a kind cluster (once), build the images and load them into it: the
 # simulator's, the operator's and vllm-router's (deploy/vllm-router, for the P/D test).
 # e2e/run.sh (make e2e) calls it when no cluster is reachable and Docker and kind are there; it then
-# installs the operator with `llmsim-operator manifests` and runs the suite.
+# installs the operator from the release's install.yaml and runs the suite.
 #
 # Needs docker (with a running engine), kind and kubectl on PATH.
 # Env: KIND_CLUSTER (llmsim-e2e), E2E_SIMULATOR_IMAGE (llmsim:e2e), E2E_OPERATOR_IMAGE (llmsim-operator:e2e),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make e2e`: the product as users run it, on a real cluster. Both images are built from our
-# Dockerfiles (and vllm-router's, deploy/vllm-router, for the P/D test), the operator is installed with
-# `llmsim-operator manifests`, then the e2e suite runs (operator, fleets, service traffic, a LiteLLM
-# gateway, a Prometheus, P/D through vllm-router) and the operator-fleet bench.
+# Dockerfiles (and vllm-router's, deploy/vllm-router, for the P/D test), the release's install.yaml
+# and Helm chart are built by hack/release.sh (as `make release` builds them) and checked against
+# its SHA256SUMS, the operator is installed from that install.yaml, then the e2e suite runs
+# (operator, fleets, service traffic, the chart from its .tgz, a LiteLLM gateway, a Prometheus,
+# P/D through vllm-router) and the operator-fleet bench.
 #
 # The cluster, in order of preference:
 #   1. whatever KUBECONFIG (or ~/.kube/config) reaches;
@@ -17,6 +19,7 @@
 # Arguments go to pytest (make e2e PYTEST_ARGS="-k gateway").
 # Env: E2E_TAG (e2e), E2E_SIMULATOR_IMAGE, E2E_OPERATOR_IMAGE, E2E_ROUTER_IMAGE, E2E_SKIP_BUILD=1,
 #      E2E_BENCH=0 (no bench).
+# Exports E2E_DIST, the release artifacts' directory (e2e/test_6b_helm_chart.py installs its chart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -110,16 +113,50 @@ else
     die "cannot load images into this cluster (neither kind nor the local cluster): push them and set E2E_SKIP_BUILD=1 E2E_SIMULATOR_IMAGE=... E2E_OPERATOR_IMAGE=... E2E_ROUTER_IMAGE=..."
 fi
 
-# ---- 3. the operator, as users install it
+# ---- 3. the release's fast artifacts, and the operator from its install.yaml as users install it
+# install.yaml, the chart's .tgz and SHA256SUMS, as `make release` builds them (not the images and
+# Python packages: the images are the ones built above); RELEASE_ALLOW_DIRTY: e2e runs on work in
+# progress too.
+VERSION="$(hack/version.sh)"
+export E2E_DIST="$TMPDIR_E2E/dist"
+say "release artifacts of $VERSION: hack/release.sh with RELEASE_PARTS='install chart' into $E2E_DIST"
+timed release env PYTHON="$BIN/python" RELEASE_PARTS="install chart" RELEASE_ALLOW_DIRTY=1 \
+    hack/release.sh "$VERSION" "$E2E_DIST" 2>"$TMPDIR_E2E/release.log" || {
+    cat "$TMPDIR_E2E/release.log" >&2
+    die "hack/release.sh failed"
+}
+(cd "$E2E_DIST" && sha256sum --strict -c SHA256SUMS >&2) || die "$E2E_DIST does not match its SHA256SUMS"
+
 install_operator() {
-    "$BIN/llmsim-operator" manifests --kube-version auto --image "$E2E_OPERATOR_IMAGE" \
-        --simulator-image "$E2E_SIMULATOR_IMAGE" | kubectl apply --server-side --force-conflicts -f - >&2
-    kubectl wait --for condition=established --timeout=60s crd/llmsimulators.llmsim.io >&2
+    # install.yaml names the release's images on ghcr.io; the e2e images were built just now into
+    # the cluster's own image store (or kind's) and are not on any registry, so the two references
+    # are the one thing swapped. Both must be there: a renamed image would otherwise install ghcr.io's.
+    # (Each step returns on failure: `timed` runs this under ||, where set -e does not apply.)
+    local released="$E2E_DIST/install.yaml" manifest="$TMPDIR_E2E/install.yaml" ref
+    local operator_ref="ghcr.io/llmsim/llmsim-operator:$VERSION" simulator_ref="ghcr.io/llmsim/llmsim:$VERSION"
+    for ref in "$operator_ref" "$simulator_ref"; do
+        grep -Fq "$ref" "$released" || die "install.yaml does not name $ref"
+    done
+    sed -e "s#${operator_ref//./\\.}\$#$E2E_OPERATOR_IMAGE#" -e "s#${simulator_ref//./\\.}\$#$E2E_SIMULATOR_IMAGE#" \
+        "$released" >"$manifest" || return
+    # Before 1.25 the API server does not know the CRD's CEL rules (`llmsim-operator manifests
+    # --kube-version auto` leaves them out there, asking the cluster the same way): install.yaml
+    # has them, so it goes in as a user of such a cluster applies it, client-side with
+    # --validate=false (the server drops the unknown field; the operator checks the rules itself).
+    local cel
+    cel="$("$BIN/python" -c 'from llmsim_operator.kube_version import detect_cel; print(detect_cel()[0])')" || return
+    if [[ $cel == True ]]; then
+        kubectl apply --server-side --force-conflicts -f "$manifest" >&2 || return
+    else
+        say "the cluster predates CEL rules in CRDs: kubectl apply --validate=false (client-side)"
+        kubectl apply --validate=false -f "$manifest" >&2 || return
+    fi
+    kubectl wait --for condition=established --timeout=60s crd/llmsimulators.llmsim.io >&2 || return
     # Same tag, maybe a new image: start a fresh pod on it (a no-op rollout would keep the old one).
-    kubectl -n llmsim-system rollout restart deploy/llmsim-operator >&2
+    kubectl -n llmsim-system rollout restart deploy/llmsim-operator >&2 || return
     kubectl -n llmsim-system rollout status deploy/llmsim-operator --timeout=180s >&2
 }
-say "installing the operator with llmsim-operator manifests --kube-version auto"
+say "installing the operator from the release's install.yaml"
 timed install install_operator
 
 # ---- 4. the suite, the gateway it needs, the bench

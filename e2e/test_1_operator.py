@@ -1,4 +1,4 @@
-"""The operator as users install it (`llmsim-operator manifests`): Ready only once kopf is connected,
+"""The operator as users install it (the release's install.yaml, run.sh): Ready only once kopf is connected,
 running as a uid the image knows; and the CLI's `crd` / `manifests` after a plain `pip install llmsim`.
 """
 

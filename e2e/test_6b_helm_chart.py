@@ -1,4 +1,9 @@
-"""The operator installed from the Helm chart by Helm's own engine, as a chart user would, then uninstalled.
+"""The operator installed from the release's packaged Helm chart by Helm's own engine, as a chart user would,
+then uninstalled.
+
+The chart is the ``llmsim-operator-VERSION.tgz`` that e2e/run.sh had hack/release.sh package into
+``$E2E_DIST`` (and checked against its SHA256SUMS), the archive a release publishes; only the images
+are set by values, to the e2e ones (built locally, on no registry).
 
 helm-python-sdk is Helm v4's Go SDK as a library: ``Config.install`` is ``helm install``, with the
 chart's crds/ folder, values.schema.json and kubeVersion check, and ``wait`` is Helm's own
@@ -36,8 +41,6 @@ from e2e.conftest import WATCHED
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
-CHART = ROOT / "charts" / "llmsim-operator"
 RELEASE = "llmsim-chart"
 #: The chart's names for this release (_helpers.tpl: release name, then the chart's, unless one holds the other).
 FULLNAME = f"{RELEASE}-llmsim-operator"
@@ -75,18 +78,32 @@ def before_cel(cluster: Cluster) -> bool:
     return (int(version.major), int(version.minor.rstrip("+"))) < (1, 25)
 
 
+def packaged_chart() -> Path:
+    """The release's chart archive in ``$E2E_DIST`` (e2e/run.sh builds it)."""
+    dist = os.environ.get("E2E_DIST")
+    if not dist:
+        pytest.fail(
+            "E2E_DIST is not set: run this through e2e/run.sh, which builds the release artifacts", pytrace=False
+        )
+    archives = sorted(Path(dist).glob("llmsim-operator-*.tgz"))
+    assert len(archives) == 1, f"{dist} should hold one chart archive, holds {[a.name for a in archives]}"
+    return archives[0]
+
+
 def install(
     config: helm.Config, name: str, values: dict[str, Any], *, namespace: str, server_side: bool
 ) -> dict[str, Any]:
-    """``helm install NAME charts/llmsim-operator -n NAMESPACE --wait=watcher --server-side=SERVER_SIDE``:
-    Config.install's call, plus ``server_side_apply``."""
+    """``helm install NAME $E2E_DIST/llmsim-operator-VERSION.tgz -n NAMESPACE --wait=watcher
+    --server-side=SERVER_SIDE``: Config.install's call, plus ``server_side_apply``."""
     options = {
         "namespace": namespace,
         "wait": "watcher",
         "timeout_seconds": HELM_TIMEOUT,
         "server_side_apply": server_side,
     }
-    chart = helm.Chart.load(CHART)  # held until the call returns: its handle is freed with it
+    # Chart.load takes a .tgz as `helm install` does; the chart is held until the call returns (its
+    # handle is freed with it).
+    chart = helm.Chart.load(packaged_chart())
     payload = _native.call_string(
         "helm_install",
         config._raw(),
@@ -110,7 +127,7 @@ def chart_namespace(cluster: Cluster) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def crd_uid(cluster: Cluster) -> str:
-    """The shared CRD's uid before Helm sees it (run.sh installed it with `llmsim-operator manifests`)."""
+    """The shared CRD's uid before Helm sees it (run.sh installed it from the release's install.yaml)."""
     uid: str = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(CRD).metadata.uid
     return uid
 
