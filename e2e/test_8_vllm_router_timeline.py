@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from tests.support.vllm_router import VLLM_ROUTER, flag, recipe_args, running_vllm_router
 
-from e2e.cluster import Cluster
+from e2e.cluster import Cluster, simulator_for_the_test
 from e2e.conftest import selector
 from llmsim.benchmark.verdict import judge, render
 from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
@@ -72,13 +72,12 @@ def test_vllm_router_in_front_of_a_fleet_stops_routing_to_the_unhealthy_pod_and_
     interval = float(flag(args, "--health-check-interval-secs"))
     failures = int(flag(args, "--health-failure-threshold"))
     successes = int(flag(args, "--health-success-threshold"))
-    cluster.create_simulator(namespace, NAME, SPEC)
-    cluster.wait_ready(namespace, NAME, SPEC["replicas"])
-    pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
-    assert len(pods) == 3
-    with running_vllm_router(tmp_path, [url for _, url in pods], args) as gateway:
-        run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
-        records, client = asyncio.run(verdict_run(run))
+    with simulator_for_the_test(cluster, namespace, NAME, SPEC):
+        pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
+        assert len(pods) == 3
+        with running_vllm_router(tmp_path, [url for _, url in pods], args) as gateway:
+            run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
+            records, client = asyncio.run(verdict_run(run))
     verdict = judge(records, client, DURATION, gap=GAP)
     report = render(verdict)
     print(report)
