@@ -278,3 +278,24 @@ def diagnostics(namespaces: list[str]) -> str:
         section(f"{ns}: vllm-router logs", "-n", ns, "logs", "-l", "app.kubernetes.io/name=vllm-router", "--tail=40",
                 "--prefix")  # fmt: skip
     return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def simulator_for_the_test(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> Iterator[None]:
+    """An LLMSimulator for one test, Ready with its replicas; deleted after, and its pods waited out.
+
+    The session's namespace lives until the end, and the one-node cluster has CPU for only a few
+    fleets' requests: a test's fleet left behind starves the later tests' pods (FailedScheduling).
+    """
+    cluster.create_simulator(namespace, name, spec)
+    try:
+        cluster.wait_ready(namespace, name, spec["replicas"])
+        yield
+    finally:
+        with contextlib.suppress(ApiException):
+            cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        selector = f"app.kubernetes.io/name=llmsim,app.kubernetes.io/instance={name}"
+        wait_for(
+            f"the pods of {name} to go",
+            lambda: not cluster.core.list_namespaced_pod(namespace, label_selector=selector).items or None,
+        )

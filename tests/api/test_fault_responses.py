@@ -168,6 +168,7 @@ async def test_admin_faults_reads_and_replaces_a_models_settings(runtime: Runtim
         "stall_ms": 500.0,
         "slow_factor": 3.0,
         "header_override": True,
+        "unhealthy": False,
     }
     status, after = await admin(runtime, "PUT", {"other": {"rates": {"server_error": 1.0}}})
     assert status == 200

@@ -104,6 +104,7 @@ def test_the_base_state_leaves_the_timeline_out() -> None:
         "stall_ms": 1000.0,
         "slow_factor": 2.0,
         "header_override": False,
+        "unhealthy": False,
     }
 
 
@@ -228,6 +229,35 @@ async def test_a_timeline_put_at_run_time_replaces_the_old_one(tmp_path: Path) -
         assert await status(client) == 500
         assert (await client.put("/admin/timeline", json={"m": None})).json()["m"]["timeline"] is None
         assert await status(client) == 200
+
+
+async def test_an_unhealthy_phase_fails_the_health_check_and_still_serves(tmp_path: Path) -> None:
+    """``set: {unhealthy: true}``: /health answers 503 in the phase (what vllm-router's checker reads),
+    requests are answered all the while, and /health is 200 again after the clear."""
+    clock = ManualClock()
+    rt = runtime(tmp_path, clock, replica=Replica(ordinal=1, count=3))
+    async with app_client(rt) as client:
+        spec = {
+            "start": "admin",
+            "phases": [
+                {"name": "sick", "at": 5, "replicas": [1], "set": {"unhealthy": True}},
+                {"name": "well", "at": 8, "clear": True},
+            ],
+        }
+        assert (await client.put("/admin/timeline", json={"m": spec})).status_code == 200
+        await client.post("/admin/timeline/start")
+        assert (await client.get("/health")).status_code == 200
+        clock.advance(5)  # no request in between: the check itself enters the phase
+        assert (await client.get("/health")).status_code == 503
+        assert await status(client) == 200
+        assert (await client.get("/admin/timeline/requests")).json()["m"] == {"t": [5.0], "fault": [None]}
+        clock.advance(3)
+        assert (await client.get("/health")).status_code == 200
+        # The same state from /admin/faults, without a timeline.
+        assert (await client.put("/admin/faults", json={"m": {"unhealthy": True}})).status_code == 200
+        assert (await client.get("/health")).status_code == 503
+        assert (await client.put("/admin/faults", json={"m": {}})).status_code == 200
+        assert (await client.get("/health")).status_code == 200
 
 
 @pytest.mark.looptime

@@ -256,6 +256,7 @@ def test_a_fault_timeline_in_the_spec_reaches_llmsim_with_its_phases() -> None:
         "phases": [
             {"name": "one-slow", "at": 30, "replicas": [1], "set": {"slowFactor": 3, "rates": {"slow": 1}}},
             {"name": "one-down", "at": 60, "count": 1, "set": {"rates": {"unavailable": 1}}},
+            {"name": "one-unhealthy", "at": 70, "replicas": [2], "set": {"unhealthy": True}},
             {"name": "recovered", "at": 90, "clear": True},
         ],
     }
@@ -264,9 +265,11 @@ def test_a_fault_timeline_in_the_spec_reaches_llmsim_with_its_phases() -> None:
     assert faults.seed == 5
     assert faults.timeline is not None
     assert (faults.timeline.start, faults.timeline.seed) == ("admin", 7)
-    slow, down, recovered = faults.timeline.phases
+    slow, down, unhealthy, recovered = faults.timeline.phases
     assert (slow.name, slow.at, slow.replicas, slow.count) == ("one-slow", 30.0, [1], None)
     assert slow.set is not None
     assert (slow.set.slow_factor, slow.set.rates.slow) == (3.0, 1.0)
     assert (down.at, down.count, down.set is not None and down.set.rates.unavailable) == (60.0, 1, 1.0)
+    assert unhealthy.set is not None
+    assert (unhealthy.set.unhealthy, slow.set.unhealthy) == (True, False)
     assert (recovered.at, recovered.clear, recovered.set) == (90.0, True, None)

@@ -583,9 +583,21 @@ async def list_models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
+def _unhealthy_fault(served: ServedModel) -> bool:
+    """Whether the model's current fault state fails the health check (``unhealthy``, from a timeline phase or /admin/faults)."""
+    timeline = served.timeline
+    if timeline is not None and timeline.started_at is not None:
+        # As a request does: a check after a phase's start sees that phase, whenever the task woke.
+        timeline.poll()
+    return served.faults.settings.unhealthy
+
+
 async def health(request: Request) -> Response:
-    """vLLM's readiness: 200, or 503 (empty body) while the model loads and once shutdown begins."""
-    return Response(status_code=200 if _state(request).lifecycle.healthy else 503)
+    """vLLM's readiness: 200, or 503 (empty body) while the model loads, once shutdown begins, and while
+    a served model's fault state says ``unhealthy``."""
+    state = _state(request)
+    healthy = state.lifecycle.healthy and not any(_unhealthy_fault(served) for served in state.models.values())
+    return Response(status_code=200 if healthy else 503)
 
 
 async def ping(request: Request) -> Response:

@@ -250,6 +250,13 @@ class FaultState(_Section):
         description="Obey the x-llmsim-fault request header (one fault forced on one request). Off: clients cannot "
         "trigger faults, as in a production-like fleet.",
     )
+    # A replica whose health check fails while it still answers: what a gateway that routes on
+    # health checks alone (vllm-router) must notice, and no request-level fault can show it.
+    unhealthy: bool = Field(
+        default=False,
+        description="/health answers 503 (requests are still served): a failing health check, e.g. in a "
+        "timeline phase's set.",
+    )
 
     @property
     def enabled(self) -> bool:
