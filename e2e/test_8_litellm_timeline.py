@@ -27,18 +27,18 @@ client per deployment) takes a few seconds and the run 14 s plus its last answer
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.litellm import MASTER_KEY, litellm_executable, recipe_config, running_litellm
+from tests.support.verdict import run_verdict
 
 from e2e.cluster import Cluster, simulator_for_the_test
 from e2e.conftest import selector
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
 
@@ -83,7 +83,7 @@ def test_litellm_in_front_of_a_fleet_cools_the_bad_pod_down_and_takes_it_back(
             run = VerdictRun(
                 gateway, [url for _, url in pods], MODEL, RATE, DURATION, api_key=MASTER_KEY, timeout=30, warmup=9
             )
-            records, client = asyncio.run(verdict_run(run))
+            records, client = run_verdict(run)
     verdict = judge(records, client, DURATION, gap=GAP)
     report = render(verdict)
     print(report)

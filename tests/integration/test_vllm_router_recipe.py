@@ -27,7 +27,6 @@ The run is 14 s, so the recovery (9 s) plus that bound fits in it; the test take
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -35,9 +34,10 @@ from pathlib import Path
 import pytest
 
 from llmsim.benchmark.verdict import judge, render
-from llmsim.benchmark.verdict_run import VerdictRun, verdict_run
+from llmsim.benchmark.verdict_run import VerdictRun
 from tests.support.replica_fleet import start_replicas
 from tests.support.server import ServerProcess
+from tests.support.verdict import run_verdict
 from tests.support.vllm_router import RECIPE, VLLM_ROUTER, flag, recipe_args, running_vllm_router
 
 pytestmark = pytest.mark.skipif(VLLM_ROUTER is None, reason="vllm-router is not installed (dev extra)")
@@ -68,7 +68,7 @@ def test_vllm_router_stops_routing_to_the_unhealthy_replica_and_takes_it_back(
     assert flag(args, "--policy") == "round_robin"
 
     run = VerdictRun(gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION)
-    records, client = asyncio.run(verdict_run(run))
+    records, client = run_verdict(run)
     verdict = judge(records, client, DURATION, gap=GAP)
     report = render(verdict)
     print(report)
