@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from tests.metrics.scrape import Page, parse
-from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.server import ServerProcess, free_port, running_process, running_server
 
 VLLM_ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
 SGLANG_ROUTER = shutil.which("sglang-router", path=str(Path(sys.executable).parent))
@@ -67,28 +66,10 @@ def running_router(tmp_path: Path, argv: Sequence[str], startup_timeout: float =
     """
     port = free_port()
     argv = [*argv, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-    log_path = tmp_path / f"router-{port}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
-        )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{argv[0]} not healthy after {startup_timeout}s:\n{log_path.read_text()}")
-            time.sleep(0.1)
+    argv = [*argv, "--host", "127.0.0.1", "--port", str(port)]
+    with running_process(argv, tmp_path / f"router-{port}.log", url + "/health", name=argv[0], timeout=startup_timeout):
         yield url
-    finally:
-        stop_process(proc)
 
 
 def complete(url: str, prompt: str = PROMPT, max_tokens: int = 2) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.llm.test_token_ids import write_tokenizer_json
-from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.server import ServerProcess, free_port, running_process, running_server
 
 pytestmark = pytest.mark.integration
 
@@ -94,21 +93,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         # Its own metrics on a free port too (the default one may be taken on a shared machine).
         args += ["--policy", "round_robin", "--log-level", "warning"]
         args += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        log = (root / "router.log").open("wb")
-        stack.callback(log.close)
-        router = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        stack.callback(stop_process, router)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert router.poll() is None, (root / "router.log").read_text()
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "vllm-router not healthy after 60 s"
-            time.sleep(0.2)
+        stack.enter_context(running_process(args, root / "router.log", url + "/health", name="vllm-router"))
         yield Fleet(prefill, decode, url, Tokenizer.from_file(str(tokenizer_path)))
 
 

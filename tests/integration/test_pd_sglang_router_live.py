@@ -10,15 +10,12 @@ the tokenizer itself), and no block stays held on either side.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 from tokenizers import Tokenizer
@@ -34,7 +31,7 @@ from tests.integration.test_pd_router_live import (
     _value,
 )
 from tests.llm.test_token_ids import write_tokenizer_json
-from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.server import ServerProcess, free_port, running_process, running_server
 
 pytestmark = pytest.mark.integration
 
@@ -73,21 +70,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         # The prefill worker's bootstrap port: where decode legs find its blocks (its side channel).
         args += ["--prefill", prefill.base_url, str(ports["kv_producer"]), "--decode", decode.base_url]
         args += ["--policy", "round_robin", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        log = (root / "router.log").open("wb")
-        stack.callback(log.close)
-        router = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        stack.callback(stop_process, router)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert router.poll() is None, (root / "router.log").read_text()
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "sglang-router not healthy after 60 s"
-            time.sleep(0.2)
+        stack.enter_context(running_process(args, root / "router.log", url + "/health", name="sglang-router"))
         yield Pair(prefill, decode, url, Tokenizer.from_file(str(tokenizer_path)))
 
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
-from tests.support.server import free_port, stop_process
+from tests.support.server import free_port, running_process
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "envoy"
 
@@ -40,26 +37,6 @@ def running_envoy(
     config = envoy_config(listen, admin, endpoints)
     path = tmp_path / "envoy.yaml"
     path.write_text(yaml.safe_dump(config))
-    log_path = tmp_path / "envoy.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(binary), "-c", str(path), "--concurrency", "1", "--disable-hot-restart", "-l", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"envoy exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("envoy not ready after 30 s")
-            time.sleep(0.05)
+    argv = [str(binary), "-c", str(path), "--concurrency", "1", "--disable-hot-restart", "-l", "warning"]
+    with running_process(argv, tmp_path / "envoy.log", f"http://127.0.0.1:{admin}/ready", name="envoy", timeout=30):
         yield f"http://127.0.0.1:{listen}", config
-    finally:
-        stop_process(proc)

@@ -9,7 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -93,28 +93,57 @@ def running_server(
     port = port or free_port()
     args += ["--port", str(port), "--log-level", "warning", *extra_args]
     log_path = tmp_path / f"server-{port}.log"
+    scheme = "http" if trust is None else "https"
+    probe = f"{scheme}://127.0.0.1:{port}{ready_path}"
+    with running_process(
+        args,
+        log_path,
+        probe,
+        name="llmsim serve",
+        timeout=startup_timeout,
+        env={**os.environ, **(env or {})},
+        preexec_fn=None if open_files is None else partial(_limit_open_files, open_files),
+        verify=trust or True,
+        poll_s=0.05,
+    ) as proc:
+        yield ServerProcess(proc, port, log_path, scheme)
+
+
+@contextmanager
+def running_process(
+    argv: Sequence[str],
+    log_path: Path,
+    probe: str,
+    *,
+    name: str,
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    verify: ssl.SSLContext | bool = True,
+    poll_s: float = 0.1,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` (output to ``log_path``), wait until ``probe`` answers 200, stop it after the block.
+
+    One way for every binary a test puts in front of or beside llmsim (the server itself, routers,
+    Envoy, LiteLLM): its exit or a timeout raises with its log, and it never outlives the test.
+    """
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            args,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            preexec_fn=None if open_files is None else partial(_limit_open_files, open_files),
+            argv, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else dict(env), preexec_fn=preexec_fn
         )
-    server = ServerProcess(proc, port, log_path, "http" if trust is None else "https")
     try:
-        deadline = time.monotonic() + startup_timeout
+        deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"llmsim serve exited with {proc.returncode}:\n{server.log()}")
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
             try:
-                if httpx.get(server.base_url + ready_path, timeout=1.0, verify=trust or True).status_code == 200:
+                if httpx.get(probe, timeout=1.0, verify=verify).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"llmsim serve not healthy after {startup_timeout}s:\n{server.log()}")
-            time.sleep(0.05)
-        yield server
+                raise RuntimeError(f"{name} not healthy after {timeout}s:\n{log_path.read_text(errors='replace')}")
+            time.sleep(poll_s)
+        yield proc
     finally:
         stop_process(proc)

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from tests.support.server import free_port, stop_process
+from tests.support.server import free_port, running_process
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "vllm-router"
 #: The binary the dev extra installs next to this interpreter (None: not installed).
@@ -44,23 +40,6 @@ def running_vllm_router(tmp_path: Path, workers: Sequence[str], args: Sequence[s
     port = free_port()
     argv = [VLLM_ROUTER, *args, "--worker-urls", *workers, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-    log_path = tmp_path / "vllm-router.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm-router exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(url + "/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vllm-router not healthy after 60 s:\n{log_path.read_text()}")
-            time.sleep(0.1)
+    with running_process(argv, tmp_path / "vllm-router.log", url + "/health", name="vllm-router"):
         yield url
-    finally:
-        stop_process(proc)
