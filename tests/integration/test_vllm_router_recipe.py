@@ -22,7 +22,10 @@ worker's /health every ``--health-check-interval-secs`` (I = 1 s) and marks a wo
 - back within I × S + 3 / RATE + 0.5 s of the recovery: the next check passes at most I after it,
   S passes bring it back, and round robin reaches it within three requests.
 
-The run is 14 s, so the recovery (9 s) plus that bound fits in it; the test takes about 20 s.
+The run is 14 s, so the recovery (9 s) plus that bound fits in it; the test takes about 20 s. The
+seconds to ejection and back are asserted in the e2e run of the recipe
+(e2e/test_8_vllm_router_timeline.py); make test asserts no wall-clock time, so here the bounds are
+counts and order.
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ def test_vllm_router_stops_routing_to_the_unhealthy_replica_and_takes_it_back(
     args = recipe_args()
     interval = float(flag(args, "--health-check-interval-secs"))
     failures = int(flag(args, "--health-failure-threshold"))
-    successes = int(flag(args, "--health-success-threshold"))
     assert flag(args, "--policy") == "round_robin"
 
     run = VerdictRun(gateway, [r.base_url for r in replicas], MODEL, RATE, DURATION)
@@ -83,9 +85,9 @@ def test_vllm_router_stops_routing_to_the_unhealthy_replica_and_takes_it_back(
     (ejection,) = verdict.ejections
     assert ejection.replica == "replica-1"
     assert ejection.ejected_after_s is not None, report
-    assert ejection.ejected_after_s <= interval * failures + SLACK, report
+    # Counts and order only here (make test asserts no wall-clock time); the e2e run of this recipe also
+    # bounds the seconds to ejection and back by the configured intervals.
     assert ejection.requests_before_ejection <= (interval * failures + SLACK) * RATE / 3 + 1, report
     assert bad.received == ejection.requests_before_ejection, report
     assert ejection.recovery_phase == "recovered"
     assert ejection.returned_after_s is not None, report
-    assert ejection.returned_after_s <= interval * successes + 3 / RATE + SLACK, report
