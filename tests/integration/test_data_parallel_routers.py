@@ -7,9 +7,7 @@ counts are small and every wait is bounded; nothing asserts on wall-clock time.
 
 from __future__ import annotations
 
-import shutil
 import socket
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -20,9 +18,7 @@ import pytest
 
 from tests.metrics.scrape import Page, parse
 from tests.support.server import ServerProcess, free_port, running_process, running_server
-
-VLLM_ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
-SGLANG_ROUTER = shutil.which("sglang-router", path=str(Path(sys.executable).parent))
+from tests.support.vllm_router import SGLANG_ROUTER, VLLM_ROUTER
 
 CONFIG = """
 version: 1

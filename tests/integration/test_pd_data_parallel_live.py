@@ -13,10 +13,8 @@ asserts on wall-clock time.
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,6 +27,7 @@ import pytest
 
 from tests.metrics.scrape import Page, parse
 from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.vllm_router import router_binary
 
 pytestmark = pytest.mark.integration
 
@@ -80,19 +79,11 @@ def _two_free_ports() -> int:
     pytest.fail("no two consecutive free ports")
 
 
-def _router_binary() -> str:
-    beside = Path(sys.executable).parent / "vllm-router"
-    path = str(beside) if beside.exists() else shutil.which("vllm-router")
-    if path is None:
-        pytest.fail("vllm-router not found: pip install vllm-router==0.1.17 (pyproject's dev extra)")
-    return path
-
-
 @contextmanager
 def _router(root: Path, prefill: ServerProcess, decode: ServerProcess, *extra: str) -> Iterator[str]:
     """``vllm-router --vllm-pd-disaggregation`` in front of the pair, healthy; its URL."""
     port = free_port()
-    args = [_router_binary(), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
+    args = [router_binary("vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
     args += ["--prefill", prefill.base_url, "--decode", decode.base_url, "--policy", "round_robin", *extra]
     args += ["--log-level", "warning", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
     log_path = root / f"router-{port}.log"

@@ -58,9 +58,9 @@ from llmsim.cli import main
 from llmsim.config import load_models_config
 from llmsim.fleet import FleetSpec, load_fleet, load_trace, poisson_arrivals
 from llmsim.fleet.simulation import FleetSimulation
-from tests.integration.test_pd_router_live import _router_binary
 from tests.metrics.scrape import parse
 from tests.support.server import ServerProcess, free_port, running_server, stop_process
+from tests.support.vllm_router import router_binary
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ class Fleet:
 def start_router(stack: ExitStack, root: Path, prefill: list[str], decode: list[str], policy: str) -> str:
     """vllm-router in P/D mode in front of ``prefill`` and ``decode``; its URL once healthy."""
     port = free_port()
-    args = [_router_binary(), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
+    args = [router_binary("vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
     for url in prefill:
         args += ["--prefill", url]
     for url in decode:

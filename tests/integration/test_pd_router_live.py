@@ -13,13 +13,10 @@ nobody pulls keeps its blocks until abort_request_timeout_s, then frees them.
 from __future__ import annotations
 
 import re
-import shutil
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import openai
@@ -28,6 +25,7 @@ from tokenizers import Tokenizer
 
 from tests.llm.test_token_ids import write_tokenizer_json
 from tests.support.server import ServerProcess, free_port, running_process, running_server
+from tests.support.vllm_router import router_binary
 
 pytestmark = pytest.mark.integration
 
@@ -61,15 +59,6 @@ class Fleet:
     tokenizer: Tokenizer
 
 
-def _router_binary() -> str:
-    # The wheel's console script sits next to this interpreter (a venv's bin/ may not be on PATH).
-    beside = Path(sys.executable).parent / "vllm-router"
-    path = str(beside) if beside.exists() else shutil.which("vllm-router")
-    if path is None:
-        pytest.fail("vllm-router not found: pip install vllm-router==0.1.17 (pyproject's dev extra)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("pd")
@@ -85,7 +74,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         prefill = [start("kv_producer", f"p{i}") for i in range(2)]
         decode = [start("kv_consumer", f"d{i}") for i in range(2)]
         port = free_port()
-        args = [_router_binary(), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
+        args = [router_binary("vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--vllm-pd-disaggregation"]
         for p in prefill:
             args += ["--prefill", p.base_url]
         for d in decode:

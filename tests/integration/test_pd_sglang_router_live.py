@@ -9,12 +9,9 @@ the tokenizer itself), and no block stays held on either side.
 
 from __future__ import annotations
 
-import shutil
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 
 import openai
 import pytest
@@ -32,6 +29,7 @@ from tests.integration.test_pd_router_live import (
 )
 from tests.llm.test_token_ids import write_tokenizer_json
 from tests.support.server import ServerProcess, free_port, running_process, running_server
+from tests.support.vllm_router import router_binary
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +40,6 @@ class Pair:
     decode: ServerProcess
     router_url: str
     tokenizer: Tokenizer
-
-
-def _router_binary() -> str:
-    beside = Path(sys.executable).parent / "sglang-router"
-    path = str(beside) if beside.exists() else shutil.which("sglang-router")
-    if path is None:
-        pytest.fail("sglang-router not found: pip install sglang-router==0.3.2 (pyproject's dev extra)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +56,15 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             servers[role] = stack.enter_context(running_server(where, config=config))
         prefill, decode = servers["kv_producer"], servers["kv_consumer"]
         port = free_port()
-        args = [_router_binary(), "launch", "--pd-disaggregation", "--host", "127.0.0.1", "--port", str(port)]
+        args = [
+            router_binary("sglang-router"),
+            "launch",
+            "--pd-disaggregation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         # The prefill worker's bootstrap port: where decode legs find its blocks (its side channel).
         args += ["--prefill", prefill.base_url, str(ports["kv_producer"]), "--decode", decode.base_url]
         args += ["--policy", "round_robin", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]

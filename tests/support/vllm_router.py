@@ -8,11 +8,29 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.support.server import free_port, running_process
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "vllm-router"
-#: The binary the dev extra installs next to this interpreter (None: not installed).
-VLLM_ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
+
+
+def find_router(name: str) -> str | None:
+    """A router's binary: the one the dev extra installs beside this interpreter (a venv's bin/ may not
+    be on PATH), else the one on PATH; None: not installed."""
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+
+
+def router_binary(name: str) -> str:
+    """``find_router``, failing the test when the router is not installed."""
+    path = find_router(name)
+    if path is None:
+        pytest.fail(f"{name} not found: install the dev extra (pyproject.toml pins its version)")
+    return path
+
+
+VLLM_ROUTER = find_router("vllm-router")
+SGLANG_ROUTER = find_router("sglang-router")
 
 
 def recipe_args() -> list[str]:
