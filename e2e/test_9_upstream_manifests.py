@@ -2,18 +2,20 @@
 
 vLLM production-stack's engine Deployment and Service (its Helm chart, rendered from a tutorial's values),
 the predictor KServe's controller makes from its vLLM ClusterServingRuntime (the controller is not on
-this cluster: e2e/upstream.py builds the Deployment and Service it would) and llm-d's P/D prefill
-Deployment (its guide's patch over its base, by kubectl kustomize) run on the image e2e/run.sh built,
-changed only by e2e/upstream.py's transform: image, GPU, what this cluster lacks. llm-d's guide serves
-gpt-oss-120b, which llmsim does not simulate: that pod serves Llama 3.1 8B in its place, the one
-change beyond the transform; every other flag of its command line is upstream's. Each must
-become Ready through its own probes, answer a chat completion through its Service (the API server's
-proxy) and export vLLM's metrics under the name its manifest serves. Both start at once: their probes'
-initial delays (15 s to 30 s, upstream's) overlap.
+this cluster: e2e/upstream.py builds the Deployment and Service it would), llm-d's inference-scheduling
+model server (the llm-d-modelservice chart, rendered from the guide's values: Qwen3-32B at TP 2) and
+llm-d's P/D prefill Deployment (its guide's patch over its base, by kubectl kustomize) run on the image
+e2e/run.sh built, changed only by e2e/upstream.py's transform: image, GPU, what this cluster lacks.
+llm-d's P/D guide serves gpt-oss-120b, which llmsim does not simulate: that pod serves Llama 3.1 8B in
+its place, the one change beyond the transform; every other flag of its command line is upstream's.
+Each must become Ready through its own probes, answer a chat completion through its Service (the API
+server's proxy) or its pod and export vLLM's metrics under the name its manifest serves. All start at
+once: their probes' initial delays (15 s to 30 s, upstream's) overlap.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -66,7 +68,15 @@ CASES = [
         container_port=upstream.KSERVE_PORT,
         served=upstream.KSERVE_ISVC,
     ),
-    # llm-d's guide puts its pods behind an InferencePool (no Service): straight to the pod.
+    # llm-d's guides put their pods behind an InferencePool (no Service): straight to the pod.
+    Case(
+        name="llm-d-inference-scheduling",
+        docs=upstream.load(upstream.LLM_D_INFERENCE_SCHEDULING),
+        service=None,
+        service_port="",
+        container_port=8000,
+        served="Qwen/Qwen3-32B",
+    ),
     Case(
         name="llm-d-prefill",
         docs=[
@@ -79,8 +89,8 @@ CASES = [
         served=upstream.LLM_D_SIMULATED_MODEL,
     ),
 ]
-#: What llm-d's guide has its users create before applying it: the Hugging Face token's Secret, and the
-#: ServiceAccount of its base kustomization (name "sa").
+#: What llm-d's guides have their users create before applying them: the Hugging Face token's Secret (both
+#: guides), and the ServiceAccount of the P/D base kustomization (name "sa"; the chart renders its own).
 LLM_D_PREREQUISITES: list[dict[str, Any]] = [
     {
         "apiVersion": "v1",
@@ -185,3 +195,26 @@ def test_llm_ds_prefill_pod_answers_a_prefill_leg_as_a_nixl_producer(cluster: Cl
     # VLLM_NIXL_SIDE_CHANNEL_HOST is the pod's IP (the manifest's fieldRef); the port is vLLM's default,
     # the manifest's "nixl" containerPort 5600; --tensor-parallel-size=1.
     assert (params["remote_host"], params["remote_port"], params["tp_size"]) == (pod.status.pod_ip, 5600, 1)
+
+
+def test_llm_ds_inference_scheduling_pod_serves_qwen3_32b_on_two_simulated_gpus(
+    cluster: Cluster, deployed: str
+) -> None:
+    """The rendered command line reached the server whole: the model's own context, and the KV cache
+    its --tensor-parallel-size 2 and --gpu-memory-utilization=0.95 leave on each simulated H100 80GB."""
+    (case,) = [c for c in CASES if c.name == "llm-d-inference-scheduling"]
+    (pod,) = cluster.ready_pods(deployed, pod_selector(case))
+    base = cluster.pod_proxy_path(deployed, pod.metadata.name, case.container_port)
+    with cluster.http() as http:
+        models = http.get(f"{base}/v1/models").json()["data"]
+        text = http.get(f"{base}/metrics").text
+    # No --max-model-len: vLLM serves config.json's max_position_embeddings.
+    assert [(m["id"], m["max_model_len"]) for m in models] == [("Qwen/Qwen3-32B", 40960)]
+    (labels,) = [
+        s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.name == "vllm:cache_config_info"
+    ]
+    # vLLM's num_gpu_blocks, per rank: (HBM x utilisation - half of the 32.8 B bf16 weights) / 16-token blocks
+    # of 4 of the 8 KV heads (64 layers, head_dim 128, K and V in bf16).
+    per_gpu = 0.95 * 80 * 2**30 - 32.8e9 * 2 / 2
+    block = 64 * 4 * 128 * 2 * 2 * 16
+    assert (labels["gpu_memory_utilization"], labels["num_gpu_blocks"]) == ("0.95", str(math.floor(per_gpu / block)))

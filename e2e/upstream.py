@@ -24,7 +24,9 @@ PRODUCTION_STACK = UPSTREAM / "production-stack" / "engine-qwen05b.yaml"
 LLM_D_DECODE = UPSTREAM / "llm-d" / "patch-decode.yaml"
 LLM_D_PREFILL = UPSTREAM / "llm-d" / "patch-prefill.yaml"
 LLM_D_PREFILL_BASE = UPSTREAM / "llm-d" / "prefill-deployment.yaml"
-#: llm-d's guide serves a model llmsim does not simulate (docs/vllm-cli.md says why none is guessed):
+#: llm-d's inference-scheduling guide's model server (its Helm chart, rendered): Qwen3-32B at TP 2, served as is.
+LLM_D_INFERENCE_SCHEDULING = UPSTREAM / "llm-d" / "inference-scheduling-decode.yaml"
+#: llm-d's P/D guide serves a model llmsim does not simulate (docs/vllm-cli.md says why none is guessed):
 #: its e2e run serves this one in its place, the one change beyond the transform.
 LLM_D_MODEL = "openai/gpt-oss-120b"
 LLM_D_SIMULATED_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -8,6 +8,7 @@ each manifest's flags mean to vLLM (and from the checkpoints they name), not fro
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -18,6 +19,8 @@ from e2e import upstream
 
 from llmsim.cli import build_parser
 from llmsim.commands import vllm_cli
+from llmsim.engine.scheduler.params import num_kv_blocks
+from llmsim.runtime import scheduler_params
 
 
 def serve(flags: list[str]) -> vllm_cli.VllmServe:
@@ -87,6 +90,52 @@ def test_llm_ds_flags_are_all_known_and_its_model_is_not_simulated(manifest: Pat
     assert served.ignored == ("--no-disable-hybrid-kv-cache-manager", "--disable-access-log-for-endpoints")
 
 
+#: Qwen3-32B's config.json (its model card's): 64 layers, 8 KV heads of head_dim 128 (config.json's own
+#: head_dim, not hidden_size 5120 / 64 heads), bf16 K and V.
+QWEN3_32B_KV_BYTES = 64 * 8 * 128 * 2 * 2
+#: Its parameters, from config.json's shapes: untied embedding and LM head (151,936 x 5120 each), then 64
+#: layers of q/k/v/o projections (64 and 8 heads of 128), q/k norms, a SwiGLU MLP (intermediate 25600)
+#: and two RMSNorms, then the final norm. The model card rounds it to 32.8 B.
+QWEN3_32B_PARAMETERS = (
+    2 * 151936 * 5120
+    + 64 * (5120 * 64 * 128 + 2 * 5120 * 8 * 128 + 64 * 128 * 5120 + 2 * 128 + 3 * 5120 * 25600 + 2 * 5120)
+    + 5120
+)
+
+
+def test_the_parameter_count_of_qwen3_32b_is_its_model_cards() -> None:
+    assert round(QWEN3_32B_PARAMETERS / 1e9, 1) == 32.8
+
+
+def test_llm_ds_inference_scheduling_guide_is_served_as_its_flags_say() -> None:
+    deploy = upstream.deployment(upstream.load(upstream.LLM_D_INFERENCE_SCHEDULING))
+    container = the_container(deploy)
+    argv = upstream.container_argv(container)
+    assert argv[:2] == ["vllm", "serve"]
+    served = serve(upstream.vllm_flags(argv))
+    model = served.config.models[0]
+    # No model swap: the guide's model is a built-in profile.
+    assert (model.name, model.profile) == ("Qwen/Qwen3-32B", "qwen3-32b")
+    # The chart's --tensor-parallel-size from the values' decode.parallelism.tensor: 2.
+    assert model.tensor_parallel_size == 2
+    # No --max-model-len: vLLM takes config.json's max_position_embeddings.
+    assert model.context_length == 40960
+    assert model.kv_cache is not None
+    assert model.kv_cache.gpu_memory_utilization == 0.95
+    assert model.kv_cache.bytes_per_token == QWEN3_32B_KV_BYTES
+    assert model.weights is not None
+    assert model.weights.parameters_billions == pytest.approx(QWEN3_32B_PARAMETERS / 1e9, abs=0.05)
+    # Uvicorn's access log: a real server's logging only.
+    assert served.ignored == ("--disable-uvicorn-access-log",)
+    # On the default H100 80GB, each of the 2 ranks holds half the bf16 weights and 4 of the 8 KV heads:
+    # vLLM's num_gpu_blocks = (HBM x --gpu-memory-utilization - weights a GPU) / (KV bytes a GPU x 16).
+    params = scheduler_params(served.config, model.name, "command line")
+    per_gpu = 0.95 * 80 * 2**30 - model.weights.parameters_billions * 1e9 * 2 / 2
+    assert num_kv_blocks(params) == math.floor(per_gpu / (QWEN3_32B_KV_BYTES / 2 * 16))
+    # The pod's port is the one vLLM's --port names.
+    assert container["ports"][0]["containerPort"] == int(argv[argv.index("--port") + 1]) == 8000
+
+
 def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
     """Every path (a.b[0].c) where ``after`` differs from ``before``."""
     if isinstance(before, dict) and isinstance(after, dict):
@@ -120,6 +169,7 @@ ALLOWED = [
         pytest.param(upstream.kserve_objects(upstream.load(upstream.KSERVE_RUNTIME)[0]), id="kserve"),
         pytest.param(upstream.load(upstream.LLM_D_DECODE), id="llm-d-decode"),
         pytest.param(upstream.load(upstream.LLM_D_PREFILL), id="llm-d-prefill"),
+        pytest.param(upstream.load(upstream.LLM_D_INFERENCE_SCHEDULING), id="llm-d-inference-scheduling"),
     ],
 )
 def test_the_transform_changes_only_the_image_the_gpu_and_what_the_cluster_lacks(docs: list[dict[str, Any]]) -> None:

@@ -344,6 +344,9 @@ LLAMA2_7B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size
 MISTRAL_7B_CONFIG = {**LLAMA_8B_CONFIG, "model_type": "mistral"}
 LLAMA_70B_CONFIG = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
                     "num_key_value_heads": 8}  # fmt: skip
+# Qwen3-32B: head_dim 128 is its own field (not hidden_size / heads); only the four shape fields name the profile.
+QWEN3_32B_CONFIG = {"model_type": "qwen3", "num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 64,
+                    "num_key_value_heads": 8, "head_dim": 128}  # fmt: skip
 # RedHatAI's FP8 checkpoint, as llm-compressor writes it.
 LLAMA_70B_FP8_CONFIG = {
     **LLAMA_70B_CONFIG,
@@ -363,6 +366,7 @@ LLAMA_70B_FP8_CONFIG = {
         (MISTRAL_7B_CONFIG, "mistral-7b", 2.0),
         (LLAMA_70B_CONFIG, "llama-3.1-70b", 2.0),
         (LLAMA_70B_FP8_CONFIG, "llama-3.1-70b-fp8", 1.0),
+        (QWEN3_32B_CONFIG, "qwen3-32b", 2.0),
     ],
 )
 def test_a_model_directory_is_the_profile_its_config_json_describes(

@@ -302,7 +302,13 @@ def known_model_ids() -> list[str]:
 
 
 #: config.json's ``model_type`` (Hugging Face's name of the architecture) -> the profile names of that family.
-_MODEL_TYPE_PREFIX = {"llama": "llama-", "mistral": "mistral-", "mixtral": "mixtral-", "qwen2": "qwen2"}
+_MODEL_TYPE_PREFIX = {
+    "llama": "llama-",
+    "mistral": "mistral-",
+    "mixtral": "mixtral-",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3-",
+}
 #: config.json's fields a profile's ``architecture`` keeps (the same names).
 _ARCHITECTURE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
 
