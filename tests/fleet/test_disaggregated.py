@@ -210,6 +210,42 @@ def test_a_client_leaving_during_the_handoff_frees_the_held_blocks() -> None:
     assert prefill.scheduler.kv.num_used == decode.scheduler.kv.num_used == 0
 
 
+def test_a_requests_own_handoff_replaces_the_fleets() -> None:
+    """Two requests far apart on an idle fleet whose router hands off in 4 ms: the first has no
+    hand-off of its own (the fleet's), the second 10 ms, the third 0 (sent at once). Each decode
+    leg reaches the decode replica its own hand-off after its prefill leg's token."""
+    t1 = roofline(16, 16)
+    gap = 1.0
+    requests = (
+        request(0, 0.0, 16, 3),
+        request(1, gap, 16, 3, handoff=0.010),
+        request(2, 2 * gap, 16, 3, handoff=0.0),
+    )
+    sim = FleetSimulation(handoff_fleet(0.004), FleetWorkload(requests), keep_token_times=True, audit=True)
+    outcomes = sim.run().requests
+    for i, handoff in enumerate((0.004, 0.010, 0.0)):
+        decode_leg = sim.seqs[i]
+        assert decode_leg is not None
+        assert decode_leg.arrival == pytest.approx(i * gap + t1 + handoff)
+        assert outcomes[i].ttft == pytest.approx(t1 + handoff + pull(16) + LATENCY + roofline(1, 16))
+
+
+def test_the_router_picks_the_decode_replica_when_the_request_comes_in() -> None:
+    """vllm-router and sglang-router pick the prefill and decode replicas together, as the request
+    comes in (select_pd_pair). Request 0 has a long prompt, request 1, sent just after, a short
+    one: request 1's prefill leg ends first, yet round robin gave request 0 the first decode
+    replica and request 1 the second."""
+    sim = FleetSimulation(pd_fleet(2, 2), workload((0.0, 4096, 2), (0.001, 16, 2)), audit=True)
+    first, second = sim.run().requests
+    leg0, leg1 = sim.prefill_seqs
+    assert leg0 is not None
+    assert leg1 is not None
+    assert leg0.first_token_time is not None
+    assert leg1.first_token_time is not None
+    assert leg1.first_token_time < leg0.first_token_time
+    assert (first.replica, second.replica) == (2, 3)  # decode replicas 0 and 1 (after the 2 prefill)
+
+
 def test_a_plans_json_names_the_handoff_where_there_is_one() -> None:
     assert fleet_json(handoff_fleet(0.004))["router"]["handoff_ms"] == pytest.approx(4.0)
     assert "handoff_ms" not in fleet_json(handoff_fleet(0.0))["router"]  # as before the setting

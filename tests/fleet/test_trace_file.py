@@ -75,6 +75,10 @@ def test_the_single_replica_yaml_format_is_a_trace() -> None:
             "- {arrival: 0, prompt_tokens: 1, output_tokens: 1}\n- {arrival: 1}\n",
             "t.jsonl: request 1: field 'output_tokens'",
         ),
+        (
+            '{"arrival": 0, "prompt_tokens": 1, "output_tokens": 1, "handoff_ms": -2}\n',
+            "line 1: field 'handoff_ms': Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_a_broken_trace_is_one_line_naming_the_request_and_field(text: str, message: str) -> None:
@@ -82,3 +86,22 @@ def test_a_broken_trace_is_one_line_naming_the_request_and_field(text: str, mess
         parse_trace(text, "t.jsonl")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_request_carries_the_routers_handoff_in_seconds() -> None:
+    text = (
+        '{"arrival": 0, "prompt_tokens": 4, "output_tokens": 1, "handoff_ms": 2.5}\n'
+        '{"arrival": 1, "prompt_tokens": 4, "output_tokens": 1}\n'
+    )
+    a, b = parse_trace(text, "t.jsonl", disaggregated=True).requests
+    assert a.handoff == pytest.approx(0.0025)
+    assert b.handoff is None  # the fleet's router.handoff_ms
+
+
+def test_a_handoff_needs_a_disaggregated_fleet() -> None:
+    text = '{"arrival": 0, "prompt_tokens": 4, "output_tokens": 1}\n{"arrival": 1, "prompt_tokens": 4, "output_tokens": 1, "handoff_ms": 3}\n'
+    with pytest.raises(ConfigError) as err:
+        parse_trace(text, "t.jsonl", disaggregated=False)
+    assert str(err.value) == (
+        "t.jsonl: line 2: field 'handoff_ms': a hand-off needs a disaggregated fleet (prefill and decode groups)"
+    )

@@ -245,11 +245,12 @@ class TimelineRunner:
 
     # -- the record ----------------------------------------------------------------------------
 
-    def record(self, kind: str | None) -> None:
-        """One request arrived (``kind``: its fault): count it in the current phase and keep its time."""
-        elapsed = self.elapsed()
-        if elapsed is None:
+    def record(self, kind: str | None, at: float) -> None:
+        """One request arrived at ``at`` (clock time; ``kind``: its fault): count it in the current
+        phase and keep its time from the start (0 if it came in before the start)."""
+        if self.started_at is None:
             return
+        elapsed = max(0.0, at - self.started_at)
         counts = self.counts[self.phase]
         counts.requests += 1
         if kind is not None:

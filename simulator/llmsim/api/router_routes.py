@@ -175,7 +175,7 @@ async def generate(request: Request) -> Response:
         if admitted is None:
             return Response(status_code=499)
         arrival = admitted
-    fault = _fault(request, served)
+    fault = _fault(request, served, arrival)
     model = body.model or served.name
     requests = _with_lora([body.to_generation_request(model)], served, model)
     plans = await _plan(request, served, requests)

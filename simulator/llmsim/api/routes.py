@@ -99,8 +99,12 @@ async def _until_serving(request: Request, state: ApiState, arrival: float) -> f
     return max(arrival, state.clock.now())
 
 
-def _fault(request: Request, served: ServedModel) -> Fault | None:
-    """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued."""
+def _fault(request: Request, served: ServedModel, arrival: float) -> Fault | None:
+    """This request's fault, if the model injects any; errors and crashes happen here, before anything is queued.
+
+    A started timeline records the request at ``arrival`` (its bytes' stamp, the engine's too),
+    not at this call, which comes after its body was read and parsed.
+    """
     timeline = served.timeline
     if timeline is not None and timeline.started_at is not None:
         # Before the draw: a request after a phase's start sees that phase, whenever the task woke.
@@ -110,13 +114,13 @@ def _fault(request: Request, served: ServedModel) -> Fault | None:
     faults = served.faults
     if not faults.enabled:
         if timeline is not None:
-            timeline.record(None)
+            timeline.record(None, arrival)
         return None
     scope = request.scope
     client_id = scope.get(SCOPE_REQUEST_ID) if scope.get(SCOPE_CLIENT_REQUEST_ID) else None
     fault = faults.draw(request.headers.get(FAULT_HEADER), client_id)
     if timeline is not None:
-        timeline.record(fault.kind if fault is not None else None)
+        timeline.record(fault.kind if fault is not None else None, arrival)
     if fault is not None:
         faults.inject(fault, _request_id(request))
     return fault
@@ -289,7 +293,7 @@ async def admit_chat(request: Request, body: ChatCompletionRequest, arrival: flo
         if admitted is None:
             return Response(status_code=499)
         arrival = admitted
-    fault = _fault(request, served)
+    fault = _fault(request, served, arrival)
     try:
         gen_request = body.to_generation_request()
     except ValueError as exc:
@@ -319,7 +323,7 @@ async def completions(request: Request) -> Response:
         if admitted is None:
             return Response(status_code=499)
         arrival = admitted
-    fault = _fault(request, served)
+    fault = _fault(request, served, arrival)
     requests = _with_lora(body.to_generation_requests(), served, body.model)
     plans = await _plan(request, served, requests)
     echo = _echo(served, requests, body.n) if body.echo else None

@@ -228,7 +228,7 @@ def _fleet_workload(args: argparse.Namespace, fleet: FleetSpec) -> FleetWorkload
         if flags:
             raise ValueError(f"{', '.join(flags)} go with --rate or --rates")
     if args.workload is not None:
-        return load_trace(args.workload, served_adapters(fleet))
+        return load_trace(args.workload, served_adapters(fleet), disaggregated=fleet.disaggregated)
     if args.concurrency is not None:
         _missing(args, "--concurrency", ("num-requests", "prompt-tokens", "output-tokens"))
         return closed_loop(args.concurrency, args.num_requests, args.prompt_tokens, args.output_tokens)

@@ -181,10 +181,12 @@ class FleetSimulation:
         # replica it ran on, and when the client sent the request.
         self.prefill_seqs: list[Sequence | None] = [None] * n
         self.prefill_replica_of = [-1] * n
+        self.decode_endpoint_of: list[ReplicaView | None] = [None] * n
         self.sent_at = [0.0] * n
         # (time, sequence number, index): decode legs the proxy sends after the router's hand-off,
         # and the requests between their two legs (a client leaving then cancels the decode leg).
-        self.handoff = fleet.router.handoff
+        # An aggregated fleet has no hand-off (``--compare`` runs a P/D trace on one): unused there.
+        self.handoff_of = [fleet.router.handoff if r.handoff is None else r.handoff for r in requests]
         self.handoffs: list[tuple[float, int, int]] = []
         self.num_handoffs = 0
         self.handing_off: set[int] = set()
@@ -354,6 +356,11 @@ class FleetSimulation:
             seq.finish_reason = _LENGTH
             self.prefill_seqs[i] = seq
             self.prefill_replica_of[i] = replica.index
+            # The router picks the pair at once, as vllm-router's and sglang-router's
+            # select_pd_pair: the decode replica is chosen now, on what the router sees now.
+            self.decode_endpoint_of[i] = self._pick_endpoint(
+                self.decode_router, self.decode_endpoints, self.decode_side, request, now
+            )
         else:
             replica = self._pick(self.router, self.endpoints, self.replicas, request, now)
             seq = replica.sequence(i, request, now, self.own_from[i])
@@ -362,7 +369,9 @@ class FleetSimulation:
     def _send_decode(self, i: int, now: float) -> None:
         """The proxy sends request ``i``'s decode leg now (its prefill leg ended, the hand-off passed)."""
         request = self.workload.requests[i]
-        replica = self._pick(self.decode_router, self.decode_endpoints, self.decode_side, request, now)
+        endpoint = self.decode_endpoint_of[i]
+        assert endpoint is not None
+        replica = self._on_endpoint(endpoint, now)
         seq = replica.sequence(i, request, now, self.own_from[i])
         seq.remote_prefill = True
         self._route(i, replica, seq, now)
@@ -371,6 +380,12 @@ class FleetSimulation:
         self, router: Router, endpoints: list[ReplicaView], side: list[Replica], request: FleetRequest, now: float
     ) -> Replica:
         """The GPU ``router`` sends ``request`` to (through a data-parallel replica's own balancer)."""
+        return self._on_endpoint(self._pick_endpoint(router, endpoints, side, request, now), now)
+
+    def _pick_endpoint(
+        self, router: Router, endpoints: list[ReplicaView], side: list[Replica], request: FleetRequest, now: float
+    ) -> ReplicaView:
+        """The endpoint ``router`` picks for ``request`` at ``now``, on what it sees then."""
         if router.reads_state:
             live = router.reads_prefix_cache
             for replica in side:
@@ -379,7 +394,11 @@ class FleetSimulation:
                     replica.observe(now, self._passed(replica), prefix_cache=live)
             for server in self.servers:
                 server.refresh()
-        endpoint = endpoints[router.pick(request.prompt)]
+        return endpoints[router.pick(request.prompt)]
+
+    def _on_endpoint(self, endpoint: ReplicaView, now: float) -> Replica:
+        """The GPU a request reaching ``endpoint`` at ``now`` runs on (a data-parallel replica's
+        own balancer picks its rank as the request comes in)."""
         if isinstance(endpoint, Replica):
             return endpoint
         assert isinstance(endpoint, DataParallelServer)
@@ -435,10 +454,11 @@ class FleetSimulation:
             i = int(seq.request_id)
             if seq.remote_decode and seq.finish_reason is _LENGTH and seq.status is _FINISHED:
                 # The prefill answer is in: the decode leg goes out after the router's hand-off
-                # (at once without one); the request goes on.
-                if self.handoff:
+                # (the request's own if it has one; at once without one); the request goes on.
+                handoff = self.handoff_of[i]
+                if handoff:
                     self.handing_off.add(i)
-                    heapq.heappush(self.handoffs, (now + self.handoff, self.num_handoffs, i))
+                    heapq.heappush(self.handoffs, (now + handoff, self.num_handoffs, i))
                     self.num_handoffs += 1
                 else:
                     self._send_decode(i, now)

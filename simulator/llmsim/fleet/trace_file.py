@@ -10,8 +10,10 @@ three ways:
   own. ``prefix_tokens`` is given at least on the group's first request.
 
 Optional: ``adapter`` (a LoRA adapter the replicas serve, as vLLM's ``--lora-modules``: a request
-naming one they do not serve is an error, as vLLM answers it 404) and ``abort_at`` (when the client
-goes away). Example::
+naming one they do not serve is an error, as vLLM answers it 404), ``abort_at`` (when the client
+goes away) and, for disaggregated fleets, ``handoff_ms`` (the router's time between this request's
+prefill answer and its decode leg, as measured at a real router; without it, the fleet file's
+``router.handoff_ms``). Example::
 
     {"arrival": 0.00, "prefix_group": "support-bot", "prefix_tokens": 1200, "suffix_tokens": 80, "output_tokens": 150}
     {"arrival": 0.02, "prompt_tokens": 900, "output_tokens": 40, "adapter": "sql-lora"}
@@ -50,6 +52,7 @@ class TraceEntry(BaseModel):
     suffix_tokens: Count | None = None
     adapter: str | None = None
     abort_at: float | None = None
+    handoff_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _one_prompt(self) -> TraceEntry:
@@ -83,10 +86,13 @@ def _entries(text: str, file: str) -> list[tuple[str, Any]]:
     return [(f"request {i}", entry) for i, entry in enumerate(raw)]
 
 
-def parse_trace(text: str, file: str, adapters: Collection[str] | None = None) -> FleetWorkload:
+def parse_trace(
+    text: str, file: str, adapters: Collection[str] | None = None, *, disaggregated: bool | None = None
+) -> FleetWorkload:
     """The requests of a trace, in file order. Raises ConfigError naming the line and the field.
 
-    With ``adapters`` (those every replica serves), a request naming another is refused there.
+    With ``adapters`` (those every replica serves), a request naming another is refused there;
+    with ``disaggregated`` False (a fleet without prefill replicas), so is a ``handoff_ms``.
     """
     requests: list[FleetRequest] = []
     group_lengths: dict[str, int] = {}
@@ -102,6 +108,13 @@ def parse_trace(text: str, file: str, adapters: Collection[str] | None = None) -
             served = ", ".join(sorted(adapters)) or "none"
             raise ConfigError(
                 file, f"unknown LoRA adapter '{entry.adapter}' (served: {served})", entry=label, field="adapter"
+            )
+        if disaggregated is False and entry.handoff_ms is not None:
+            raise ConfigError(
+                file,
+                "a hand-off needs a disaggregated fleet (prefill and decode groups)",
+                entry=label,
+                field="handoff_ms",
             )
         if entry.prompt_token_ids is not None:
             ids = tuple(entry.prompt_token_ids)
@@ -131,12 +144,19 @@ def parse_trace(text: str, file: str, adapters: Collection[str] | None = None) -
         else:
             assert entry.prompt_tokens is not None
             prompt = Prompt.unique(f"request:{index}", entry.prompt_tokens)
-        requests.append(FleetRequest(prompt, entry.output_tokens, entry.arrival, None, entry.abort_at, entry.adapter))
+        handoff = None if entry.handoff_ms is None else entry.handoff_ms / 1000.0
+        requests.append(
+            FleetRequest(
+                prompt, entry.output_tokens, entry.arrival, None, entry.abort_at, entry.adapter, handoff=handoff
+            )
+        )
     return FleetWorkload(tuple(requests))
 
 
-def load_trace(path: str | Path, adapters: Collection[str] | None = None) -> FleetWorkload:
-    """Read a trace file (``adapters``: see :func:`parse_trace`). Raises ConfigError."""
+def load_trace(
+    path: str | Path, adapters: Collection[str] | None = None, *, disaggregated: bool | None = None
+) -> FleetWorkload:
+    """Read a trace file (``adapters``, ``disaggregated``: see :func:`parse_trace`). Raises ConfigError."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -144,4 +164,4 @@ def load_trace(path: str | Path, adapters: Collection[str] | None = None) -> Fle
         raise ConfigError(str(p), f"cannot read file: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    return parse_trace(text, str(p), adapters)
+    return parse_trace(text, str(p), adapters, disaggregated=disaggregated)

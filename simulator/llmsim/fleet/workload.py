@@ -45,6 +45,10 @@ class FleetRequest:
     # False: the prefix cache sees none of its blocks (a single-replica workload item given
     # without token ids: it neither hits nor is hit, not even by itself after a preemption).
     cacheable: bool = True
+    # Disaggregated fleets: seconds the router takes between this request's prefill answer and
+    # its decode leg (a recorded trace's, measured at a real router); None: the fleet's
+    # ``router.handoff_ms``.
+    handoff: float | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -105,6 +109,8 @@ class FleetWorkload:
                 raise ValueError(f"request {i}: output_tokens must be >= 0")
             if not math.isfinite(r.arrival) or (r.follows is not None and r.arrival < 0):
                 raise ValueError(f"request {i}: arrival must be finite (and >= 0 after the request it follows)")
+            if r.handoff is not None and not 0 <= r.handoff < math.inf:
+                raise ValueError(f"request {i}: handoff must be >= 0 and finite, got {r.handoff}")
             if r.follows is not None:
                 if not 0 <= r.follows < i:
                     raise ValueError(f"request {i}: follows must name an earlier request, got {r.follows}")
