@@ -30,14 +30,8 @@ experiments, :mod:`llmsim.benchmark.experiments`): a decode step lasts ~75 ms an
 prefill ~112 ms, so the milliseconds of HTTP, router and event-loop jitter on a loaded 2-core
 machine stay small against a step.
 
-Bounds: the goal's 5 % on the prefill legs' TTFT p50 and the ITL p50, and on the decode legs'
-mean TTFT over the fleet (exact, from the TTFT histograms' sums and counts). The decode legs' TTFT
-p50 per replica gets 15 %: with every leg's arrival and hand-off the servers', most legs get
-their first token at the planned step, but now and then one whose arrival or pull lands within a
-millisecond of a decode step's start is a step (75 ms) early or late on the live replica, and the
-replica's later steps then move with it. The same legs on the live driver in virtual time, with
-the same arrivals, are the plan's to the microsecond (tests/fleet/test_disaggregated_live.py):
-what differs is the live servers' clock under a loaded machine. docs/pd.md has the figures.
+Bounds: the goal's 5 % on each replica's TTFT p50 and ITL p50, and on the decode legs' mean TTFT
+over the fleet (exact, from the TTFT histograms' sums and counts). docs/pd.md has the figures.
 """
 
 from __future__ import annotations
@@ -69,8 +63,6 @@ pytestmark = pytest.mark.integration
 
 #: Largest relative difference between a predicted and a measured p50 (the goal's bound).
 BOUND = 0.05
-#: The decode legs' TTFT p50 per replica: see the module's docstring.
-DECODE_TTFT_BOUND = 0.15
 RATE = 4.0
 REQUESTS = 48
 PROMPT = 512
@@ -323,8 +315,7 @@ def test_measured_legs_through_the_router_match_the_plan(fleet: Fleet, tmp_path:
     planned_mean = sum(sum(legs) for legs in decode_ttft) / REQUESTS
     print(f"decode leg TTFT mean (ms): predicted {planned_mean * 1000:.2f}, measured {total / count * 1000:.2f}")
     for name, (predicted, measured) in figures.items():
-        bound = DECODE_TTFT_BOUND if name.startswith("decode") and name.endswith("TTFT") else BOUND
-        assert abs(measured - predicted) <= bound * predicted, (name, report)
+        assert abs(measured - predicted) <= BOUND * predicted, (name, report)
     assert abs(total / count - planned_mean) <= BOUND * planned_mean
 
 

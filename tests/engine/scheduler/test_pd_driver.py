@@ -90,6 +90,42 @@ async def test_decode_ttft_is_the_pull_plus_one_recomputed_token() -> None:
     assert decode.snapshot().kv_used_blocks == 0
 
 
+class SlowPeer(DirectPeer):
+    """The prefill replica's answer takes ``delay`` (its round trip on a busy host)."""
+
+    delay = 0.0
+
+    async def check(self, remote: RemotePrefill) -> bool:
+        await asyncio.sleep(self.delay)
+        return await super().check(remote)
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("fraction", [0.5, 2.0])
+async def test_the_answers_round_trip_delays_a_nixl_pull_only_past_the_pull(fraction: float) -> None:
+    """vLLM's decode leg comes after its prefill leg held the blocks: the side channel's answer is
+    llmsim's plumbing, so an answer within the pull's time leaves the pull's end where the link
+    put it, and a later one makes the leg ready when it comes (not a pull's time after it)."""
+    clock = MonotonicClock(now=asyncio.get_running_loop().time)
+    params = seed_params(kv_link=LINK, kv_abort_timeout_s=TIMEOUT_S)
+    prefill = SchedulerEngine(params, clock)
+    peer = SlowPeer(prefill)
+    pull = LINK.latency_s + PROMPT * KV_PER_TOKEN / LINK.bandwidth_bytes_per_s
+    peer.delay = fraction * pull
+    decode = SchedulerEngine(params, clock, kv_peer=peer)
+    await prefill.start()
+    await decode.start()
+    remote = await prefill_leg(prefill, "p")
+    arrival = asyncio.get_running_loop().time()
+    (stream,) = await decode.submit([plan(2, KVHandoff(remote_prefill=remote))], arrival, [RequestId("d")])
+    times = [event.sim_time async for event in stream]
+    ready = arrival + max(pull, peer.delay)
+    # looptime's clock moves in microseconds: an answer after a sleep comes at its resolution.
+    assert times[0] == pytest.approx(ready + roofline(1, PROMPT), abs=2e-6)
+    # The old rule, a whole pull after the answer, is later still.
+    assert times[0] < arrival + peer.delay + pull + roofline(1, PROMPT) - 1e-4
+
+
 @pytest.mark.looptime
 async def test_unpulled_blocks_are_freed_at_the_timeout() -> None:
     prefill, _, _ = await engines()

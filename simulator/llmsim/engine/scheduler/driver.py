@@ -519,15 +519,21 @@ class SchedulerEngine(Engine):
             return
         if ok:
             stream.kv_pull_confirmed = True
-            if stream.kv_ready_time < math.inf:
-                # Admitted already: the bytes leave once the prefill side has answered (SGLang's
-                # decode leg may wait for its prefill), so they cannot arrive before then plus
-                # the pull's own time (not queued behind others: the link's queue was already
-                # charged at admission).
+            if stream.kv_ready_time < math.inf and remote.wait_s:
+                # Admitted already, and SGLang's decode leg may have waited for its prefill: the
+                # bytes leave once the prefill side has answered, so they cannot arrive before
+                # then plus the pull's own time (not queued behind others: the link's queue was
+                # already charged at admission).
                 link = self._params.kv_link
                 num_bytes = stream.num_external_tokens * self._params.kv_bytes_per_token_per_gpu
                 pull = link.transfer_seconds(num_bytes) if link is not None else 0.0
                 stream.kv_ready_time = max(stream.kv_ready_time, self._clock.now() + pull)
+            elif stream.kv_ready_time < math.inf:
+                # vLLM's order: the blocks were held before the decode leg was sent, and NIXL reads
+                # them with no per-request ask. The answer's round trip is llmsim's own plumbing,
+                # so the pull the link timed at admission stands; an answer later than that (a
+                # busy host) makes the leg late by that much, never a pull's time more.
+                stream.kv_ready_time = max(stream.kv_ready_time, self._clock.now())
         else:
             stream.remote = None  # nothing held there to release
             self._failed_pulls.append(stream)
