@@ -630,9 +630,9 @@ class ModelConfig(_Section):
     def _no_pipeline(cls, value: int) -> int:
         if value > 1:
             raise ValueError(
-                f"{value}: pipeline parallelism is not simulated: vLLM V1 keeps up to that many micro-batches in "
-                "flight, one per stage, which llmsim's one-batch-at-a-time step loop cannot represent; use "
-                "tensor_parallel_size (docs/parallelism.md)"
+                f"{value}: pipeline parallelism is not simulated: vLLM keeps up to {value + 1} batches in flight "
+                f"(one a stage, each decode in one batch of every {value}), and llmsim's step loop runs one batch at "
+                "a time; use tensor_parallel_size (docs/parallelism.md)"
             )
         return value
 

@@ -198,6 +198,13 @@ class Scheduler(Generic[S]):
     """
 
     def __init__(self, params: SchedulerParams) -> None:
+        if params.pipeline_parallel_size > 1:
+            # One batch at a time cannot stand for vLLM's batch queue (up to PP + 1 batches in
+            # flight, each decode in one batch of every PP): docs/parallelism.md.
+            raise ValueError(
+                "pipeline_parallel_size > 1: the scheduler runs one batch at a time, not vLLM's "
+                "pipeline of batches in flight"
+            )
         num_blocks = num_kv_blocks(params)
         check_context_fits(params, num_blocks)
         self.params = params
