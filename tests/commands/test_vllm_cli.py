@@ -229,6 +229,8 @@ REFUSED: list[tuple[list[str], str, str]] = [
     # vLLM's own check: 32 attention heads do not split over 3 GPUs.
     ([LLAMA, "--tensor-parallel-size", "3"], "--tensor-parallel-size", "must be divisible by tensor parallel size (3)"),
     ([LLAMA, "--pipeline-parallel-size", "2"], "--pipeline-parallel-size", "pipeline parallelism is not simulated"),
+    # vLLM's default with pipeline parallelism: async scheduling and a batch queue of PP + 1.
+    ([LLAMA, "-pp", "2"], "--pipeline-parallel-size", "up to 3 batches in flight"),
     ([LLAMA, "-pp", "0"], "--pipeline-parallel-size", "must be >= 1"),
     ([LLAMA, "--data-parallel-size", "0"], "--data-parallel-size", "must be >= 1"),
     ([LLAMA, "--data-parallel-rank", "1"], "--data-parallel-rank", "must be in [0, --data-parallel-size (1))"),
