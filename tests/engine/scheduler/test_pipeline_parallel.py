@@ -9,12 +9,24 @@ Figures are the h100-80gb profile's (hardware.yml) and llama-3.1-70b's (model_pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from llmsim.engine.scheduler import CostModel, GpuSpec, ModelSpec, Scheduler, SchedulerParams, num_kv_blocks
+from llmsim.engine.scheduler import (
+    CostModel,
+    GpuSpec,
+    ModelSpec,
+    Scheduler,
+    SchedulerOutput,
+    SchedulerParams,
+    Sequence,
+    num_kv_blocks,
+)
 from llmsim.engine.scheduler.params import pipeline_stage_layers
+from llmsim.engine.scheduler.pipeline import Pipeline
+from llmsim.types import RequestId
 
 #: h100-80gb: 80 GiB, 3,350 GB/s, 989 TFLOP/s, NVLink 450 GB/s each way, 40 us a small collective.
 H100 = GpuSpec(
@@ -131,10 +143,96 @@ def test_one_stage_is_the_step() -> None:
         )
 
 
-def test_the_scheduler_refuses_pipelined_batches() -> None:
-    # The batch queue (PP + 1 batches in flight) is not modelled: no engine may run as if it were.
-    with pytest.raises(ValueError, match="pipeline_parallel_size > 1"):
-        Scheduler(params(tp=2, pp=2))
+def run_pipeline(
+    p: SchedulerParams, seqs: list[Sequence], arrivals: dict[str, float] | None = None
+) -> list[SchedulerOutput[Sequence]]:
+    """vLLM's engine-core loop with a batch queue (``step_with_batch_queue``): schedule while the
+    queue has room and the scheduler has requests, else wait for the oldest batch and update."""
+    sched: Scheduler[Sequence] = Scheduler(p)
+    pipe: Pipeline[Sequence] = Pipeline(p, sched.cost)
+    pending = sorted(seqs, key=lambda s: (arrivals or {}).get(s.request_id, 0.0))
+    batches: list[SchedulerOutput[Sequence]] = []
+    now = 0.0
+    while pending or sched.has_work() or pipe.batches:
+        if not sched.has_work() and not pipe.batches:
+            now = max(now, (arrivals or {}).get(pending[0].request_id, 0.0))
+        while pending and (arrivals or {}).get(pending[0].request_id, 0.0) <= now:
+            sched.add_requests([pending.pop(0)], now)
+        while sched.has_work() and not pipe.full:
+            out = sched.schedule(now)
+            pipe.push(out, now)
+            batches.append(out)
+        batch = pipe.pop()
+        now = max(now, batch.end)
+        sched.update_from_output(batch.out, now)
+    return batches
+
+
+def decode_stage(tokens: int = 1, context: int = 0) -> float:
+    """One decode stage of the 70B on TP 2 x PP 2, uncalibrated: 40 layers' weights and KV at
+    3,350 GB/s, 80 all-reduces over TP 2 (a ring moves 1 x 8,192 x 2 B a token)."""
+    return (141.2e9 / 4 + 81_920 * context) / 3350e9 + 80 * (40e-6 + 8192 * 2 * tokens / 450e9)
+
+
+#: Hand-over of one token between the stages (send half, all-gather the other half), and the
+#: sampled tokens' broadcast from the last stage back to the first (one small collective).
+HAND_OVER = 2 * 40e-6 + 32_768 / 450e9
+BROADCAST = 40e-6
+
+
+def test_a_lone_request_decodes_once_per_trip_through_the_pipeline() -> None:
+    # Async scheduling (vLLM's default): a queue of 3 batches, each decode eligible every 2 steps.
+    p = dataclasses.replace(params(tp=2, pp=2), async_scheduling=True)
+    seq = Sequence(RequestId("a"), 0.0, 16, 4)
+    batches = run_pipeline(p, [seq])
+    # Batches alternate: the request, then an empty one (its next decode waits 2 steps).
+    assert [[s.request_id for s in out.scheduled] for out in batches[:5]] == [["a"], [], ["a"], [], ["a"]]
+    gaps = [b - a for a, b in zip(seq.token_times, seq.token_times[1:], strict=False)]
+    assert len(gaps) == 3
+    for i, gap in enumerate(gaps):
+        # Decode i + 1 computes the token at position 16 + i: its context is 17 + i tokens. Its batch
+        # waits for the previous token's broadcast, then runs stage 0, the hand-over and stage 1.
+        context = 17 + i
+        expected = BROADCAST + 2 * decode_stage(1, context) + HAND_OVER
+        assert gap == pytest.approx(expected, rel=1e-9)
+    assert gaps[0] * 1e3 == pytest.approx(0.040 + 2 * (10.537 + 3.203) + 0.080, abs=0.002)
+
+
+def test_without_async_scheduling_a_decode_waits_for_its_token_only() -> None:
+    # --no-async-scheduling: a queue of PP batches; a decode with its batch in flight is skipped
+    # (no placeholders), and once its token is back it goes in the next batch at once.
+    p = params(tp=2, pp=2)
+    assert not p.async_scheduling
+    seq = Sequence(RequestId("a"), 0.0, 16, 3)
+    run_pipeline(p, [seq])
+    gaps = [b - a for a, b in zip(seq.token_times, seq.token_times[1:], strict=False)]
+    for i, gap in enumerate(gaps):
+        assert gap == pytest.approx(2 * decode_stage(1, 17 + i) + HAND_OVER, rel=1e-9)
+
+
+def test_requests_admitted_a_step_apart_decode_in_alternate_batches() -> None:
+    # Two 100-token prompts, a 128-token budget: "a" and the first 28 of "b" in batch 0, the rest of
+    # "b" in batch 1 (prefill chunks go back to back). "a" samples in batch 0, "b" in batch 1, so
+    # each later batch holds one of them: vLLM's decode micro-batches, one per stage.
+    p = dataclasses.replace(params(tp=2, pp=2), async_scheduling=True, max_batch_tokens=128)
+    a, b = Sequence(RequestId("a"), 0.0, 100, 40), Sequence(RequestId("b"), 0.0, 100, 40)
+    batches = run_pipeline(p, [a, b])
+    assert [[s.request_id for s in out.sampled] for out in batches[:6]] == [["a"], ["b"], ["a"], ["b"], ["a"], ["b"]]
+    # Steady state: stage 0 alternates between the two, each batch followed by its send (a worker
+    # waits for its last send before its next forward), so each request gets a token every two
+    # stage-0 turns: 2 x (stage + hand-over), more than a lone request's trip (2 stages + one
+    # hand-over + the broadcast), and the two streams interleave.
+    gap = a.token_times[30] - a.token_times[29]
+    context = 100 + 30
+    assert gap == pytest.approx(2 * (decode_stage(1, context) + HAND_OVER), rel=1e-3)
+    assert a.token_times[29] < b.token_times[29] < a.token_times[30]
+
+
+def test_the_engine_holds_vllms_block_count() -> None:
+    sched: Scheduler[Sequence] = Scheduler(params(tp=2, pp=2))
+    assert sched.kv.num_blocks == 32_050
+    assert Pipeline(params(tp=2, pp=2), sched.cost).depth == 2  # synchronous: PP batches
+    assert Pipeline(dataclasses.replace(params(tp=2, pp=2), async_scheduling=True), sched.cost).depth == 3
 
 
 @pytest.mark.parametrize(

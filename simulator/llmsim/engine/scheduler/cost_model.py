@@ -30,8 +30,8 @@ all-reduces), plus the hand-over between consecutive stages: vLLM sends two acti
 (``hidden_states`` and ``residual``, ``IntermediateTensors`` in vllm/model_executor/models/llama.py),
 each TP rank its ``1/TP`` slice to its peer in the next stage, which all-gathers them over its TP
 group (``isend_tensor_dict(..., all_gather_group=get_tp_group())`` in vllm/v1/worker/gpu_worker.py).
-The engine does not use it yet: vLLM keeps up to PP + 1 batches in flight, one a stage, and the
-scheduler refuses PP > 1 until that batch queue is modelled (docs/parallelism.md).
+That is one batch alone; with others in flight the stages overlap (``pipeline.Pipeline`` times
+them from :meth:`CostModel.stage_times` and :meth:`CostModel.hand_over`).
 
 The per-sequence overhead is what a batch costs beyond the roofline for each sequence in it:
 vLLM's scheduler, input preparation, sampling and output processing loop over the batch every
@@ -126,6 +126,23 @@ class CostModel:
             + self.all_reduce_seconds_per_token * num_tokens
         )
 
+    def stage_times(self, num_tokens: int, context_tokens: int, num_sequences: int = 0) -> list[float]:
+        """Seconds each pipeline stage spends on a batch: its layers' roofline and all-reduces; the
+        step overheads (scheduling, input preparation, sampling, output processing) go to the first
+        stage, whose start gates the batch."""
+        compute = self.seconds_per_token * num_tokens
+        memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens
+        layers = (compute if compute > memory else memory) + (
+            self.all_reduce_fixed + self.all_reduce_seconds_per_token * num_tokens
+        )
+        times = [layers * share for share in self.stage_shares]
+        times[0] += self.step_overhead + self.overhead_per_sequence * num_sequences
+        return times
+
+    def hand_over(self, num_tokens: int) -> float:
+        """Seconds to pass a batch's activations from one pipeline stage to the next."""
+        return self.hand_over_fixed + self.hand_over_seconds_per_token * num_tokens
+
     def pipeline_latency(self, num_tokens: int, context_tokens: int, num_sequences: int = 0) -> float:
         """Seconds for one batch to pass every pipeline stage: the sum of each stage's roofline over
         its layers (with their all-reduces), the hand-overs between stages, and the step's
@@ -134,13 +151,5 @@ class CostModel:
         With one stage this is :meth:`step_duration`. Not one step of a pipelined engine: vLLM runs
         other batches on the other stages meanwhile (see the module docstring).
         """
-        compute = self.seconds_per_token * num_tokens
-        memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens
-        all_reduce = self.all_reduce_fixed + self.all_reduce_seconds_per_token * num_tokens
-        stages = 0.0
-        for share in self.stage_shares:
-            stages += (compute if compute > memory else memory) * share + all_reduce * share
-        hand_overs = (len(self.stage_shares) - 1) * (
-            self.hand_over_fixed + self.hand_over_seconds_per_token * num_tokens
-        )
-        return stages + hand_overs + self.step_overhead + self.overhead_per_sequence * num_sequences
+        stages = sum(self.stage_times(num_tokens, context_tokens, num_sequences))
+        return stages + (len(self.stage_shares) - 1) * self.hand_over(num_tokens)

@@ -102,9 +102,7 @@ class SchedulerParams:
     # vLLM's --tensor-parallel-size: GPUs one replica's weights and KV cache are split across.
     tensor_parallel_size: int = 1
     # vLLM's --pipeline-parallel-size: stages of consecutive layers, each on tensor_parallel_size
-    # GPUs. The memory split and one batch's latency are modelled (weight_bytes_per_gpu,
-    # CostModel.pipeline_latency); the batches vLLM keeps in flight are not, so the Scheduler
-    # refuses more than one stage (docs/parallelism.md).
+    # GPUs, with up to PP (+ 1 with async scheduling) batches in flight (engine.scheduler.pipeline).
     pipeline_parallel_size: int = 1
     # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
     # while running sequences keep the GPU busy joins one step later than with synchronous
