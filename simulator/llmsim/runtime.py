@@ -85,13 +85,15 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
     sched = model.scheduler or SchedulerSection()
     latency = model.latency
     tp = model.tensor_parallel_size
-    if tp > 1 and hw.interconnect_bandwidth_gbps is None:
-        raise ConfigError(
-            file,
-            f"tensor_parallel_size {tp} needs hardware '{model.hardware}' to give interconnect_bandwidth_gbps",
-            entry=config.entry_label(model.name),
-            field="tensor_parallel_size",
-        )
+    pp = model.pipeline_parallel_size
+    for size, field in ((tp, "tensor_parallel_size"), (pp, "pipeline_parallel_size")):
+        if size > 1 and hw.interconnect_bandwidth_gbps is None:
+            raise ConfigError(
+                file,
+                f"{field} {size} needs hardware '{model.hardware}' to give interconnect_bandwidth_gbps",
+                entry=config.entry_label(model.name),
+                field=field,
+            )
     gpu = GpuSpec(
         hbm_bytes=hw.hbm_gib * 2**30,
         memory_bandwidth=hw.memory_bandwidth_gbps * 1e9,
@@ -113,6 +115,7 @@ def scheduler_params(config: ModelsConfig, model_name: str, file: str = EMBEDDED
                 num_key_value_heads=arch.num_key_value_heads if arch else 0,
             ),
             tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
             context_length=model.context_length,
             block_size=model.kv_cache.block_size,
             gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,

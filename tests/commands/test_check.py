@@ -61,6 +61,7 @@ def test_json_has_the_same_facts(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "engine": "fixed",
         "hardware": None,
         "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
         "kv_cache_blocks": None,
         "block_size": None,
         "kv_cache_tokens": None,
@@ -87,6 +88,22 @@ def test_a_tensor_parallel_model_names_its_gpus_and_per_gpu_blocks(
     assert lines[2] == "  KV cache   32,050 blocks of 16 tokens (512,800 tokens) on every GPU"
     assert main(["check", "--config", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["models"]["tp"]["tensor_parallel_size"] == 4
+
+
+def test_a_pipeline_parallel_model_names_its_stages_and_per_gpu_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "models.yml"
+    path.write_text(
+        "models:\n"
+        "  - {name: pp, engine: scheduler, profile: llama-3.1-70b, hardware: h100-80gb, context_length: 8192,\n"
+        "     tensor_parallel_size: 2, pipeline_parallel_size: 2}\n"
+    )
+    assert main(["check", "--config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "pp: scheduler engine on 2 stages of 2 x h100-80gb (pipeline parallel)"
+    # A GPU holds 40 of 80 layers, half of each: (0.9 x 80 GiB - 141.2 GB / 4) / (327,680 B / 4 x 16).
+    assert lines[2] == "  KV cache   32,050 blocks of 16 tokens (512,800 tokens) on every GPU"
 
 
 def test_a_server_per_rank_is_checked_as_its_first_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -84,6 +84,8 @@ MAPPING: list[tuple[list[str], str, Any]] = [
     ([LLAMA, "-tp", "4"], "tensor_parallel_size", 4),
     ([LLAMA, "--tensor-parallel-size", "2", "-pp", "1"], "tensor_parallel_size", 2),
     ([LLAMA, "--pipeline-parallel-size", "1"], "pipeline_parallel_size", 1),
+    ([LLAMA, "--pipeline-parallel-size", "2"], "pipeline_parallel_size", 2),
+    ([LLAMA, "-tp", "2", "-pp", "2"], "pipeline_parallel_size", 2),
     (["meta-llama/Llama-3.1-70B-Instruct", "-tp", "4"], "weights.bytes_per_parameter", 2.0),
     (["meta-llama/Llama-3.1-405B-Instruct-FP8", "-tp", "8"], "weights.bytes_per_parameter", 1.0),
     (["mistralai/Mixtral-8x7B-Instruct-v0.1", "-tp", "2"], "weights.active_parameters_billions", 12.9),
@@ -228,7 +230,8 @@ def test_flags_of_a_real_gpus_internals_are_named_for_the_warning() -> None:
 REFUSED: list[tuple[list[str], str, str]] = [
     # vLLM's own check: 32 attention heads do not split over 3 GPUs.
     ([LLAMA, "--tensor-parallel-size", "3"], "--tensor-parallel-size", "must be divisible by tensor parallel size (3)"),
-    ([LLAMA, "--pipeline-parallel-size", "2"], "--pipeline-parallel-size", "pipeline parallelism is not simulated"),
+    # Llama 3.1 8B has 32 layers: vLLM cannot give 33 stages one each.
+    ([LLAMA, "--pipeline-parallel-size", "33"], "--pipeline-parallel-size", "more pipeline stages than the model's 32"),
     ([LLAMA, "-pp", "0"], "--pipeline-parallel-size", "must be >= 1"),
     ([LLAMA, "--data-parallel-size", "0"], "--data-parallel-size", "must be >= 1"),
     ([LLAMA, "--data-parallel-rank", "1"], "--data-parallel-rank", "must be in [0, --data-parallel-size (1))"),
@@ -306,6 +309,27 @@ def test_tensor_parallelism_on_a_gpu_without_a_known_interconnect_exits_2(capsys
     err = capsys.readouterr().err
     assert "interconnect_bandwidth_gbps" in err
     assert err.count("\n") == 1
+
+
+def test_pipeline_parallelism_on_a_gpu_without_a_known_interconnect_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", LLAMA, "-pp", "2", "--hardware", "l4-24gb"]) == 2
+    err = capsys.readouterr().err
+    assert "pipeline_parallel_size 2 needs hardware 'l4-24gb' to give interconnect_bandwidth_gbps" in err
+    assert err.count("\n") == 1
+
+
+def test_the_bf16_70b_checkpoint_serves_over_two_stages_of_two_gpus() -> None:
+    # 141.2 GB of weights: 40 of 80 layers a stage, half of each on a GPU: 35.3 GB, as TP 4.
+    served = translate("meta-llama/Llama-3.1-70B-Instruct", "-tp", "2", "-pp", "2", "--max-model-len", "auto")
+    params = scheduler_params(served.config, "meta-llama/Llama-3.1-70B-Instruct", "command line")
+    assert (params.tensor_parallel_size, params.pipeline_parallel_size) == (2, 2)
+    assert params.weight_bytes_per_gpu == pytest.approx(35.3e9, rel=1e-12)
+    # --max-model-len auto: the profile's 131,072 tokens fit in the 32,049 usable blocks of 16.
+    assert served.config.models[0].context_length == 131_072
+    # On two single-GPU stages each holds 70.6 GB of weights: (0.9 x 80 GiB - 70.6 GB) / (327,680 /
+    # 2 x 16 B) = 2,559 blocks, 2,558 usable: auto cuts the context to 40,928 tokens, as vLLM would.
+    one_gpu_stages = translate("meta-llama/Llama-3.1-70B-Instruct", "-pp", "2", "--max-model-len", "auto")
+    assert one_gpu_stages.config.models[0].context_length == 2558 * 16
 
 
 def test_the_bf16_70b_checkpoint_serves_over_two_gpus() -> None:

@@ -8,6 +8,7 @@ jumping, while this process runs the same cases in pure Python.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -136,3 +137,29 @@ def test_one_replica_simulated_by_the_compiled_core_is_the_pure_cores(
     worker: subprocess.Popen[bytes], case: tuple[SchedulerParams, list[FleetRequest]]
 ) -> None:
     assert_same(worker, ("simulate", *case))
+
+
+def pipelined(params: SchedulerParams, async_scheduling: bool) -> SchedulerParams:
+    """``params`` as two pipeline stages of a model twice the size: each stage's GPU holds what the
+    scenario's GPU does (the same blocks), and batches overlap in vLLM's batch queue."""
+    model = dataclasses.replace(
+        params.model,
+        num_parameters=2 * params.model.num_parameters,
+        weight_bytes=2 * params.model.weight_bytes,
+        kv_bytes_per_token=2 * params.model.kv_bytes_per_token,
+        num_hidden_layers=2,
+        hidden_size=64,
+    )
+    gpu = dataclasses.replace(params.gpu, interconnect_bandwidth=1e6, interconnect_latency_s=1e-4)
+    return dataclasses.replace(
+        params, model=model, gpu=gpu, pipeline_parallel_size=2, async_scheduling=async_scheduling
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.booleans())
+def test_a_pipeline_simulated_by_the_compiled_core_is_the_pure_cores(
+    worker: subprocess.Popen[bytes], case: tuple[SchedulerParams, list[FleetRequest]], async_scheduling: bool
+) -> None:
+    params, workload = case
+    assert_same(worker, ("simulate", pipelined(params, async_scheduling), workload))

@@ -66,17 +66,21 @@ def knob_value(model: ModelConfig, knob: str) -> float:
     return float(getattr(model.latency, field)) if model.latency is not None else 0.0
 
 
-def describe_engine(info: EngineFacts, tensor_parallel_size: int = 1) -> list[str]:
+def describe_engine(info: EngineFacts, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1) -> list[str]:
     """A model's engine and capacity as lines a person reads (the first goes after the model's name)."""
     if info.engine != "scheduler":
         return [f"{info.engine} engine"]
-    tp = tensor_parallel_size
-    gpus = f"{tp} x {info.hardware} (tensor parallel)" if tp > 1 else f"{info.hardware}"
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    if pp > 1:
+        gpus = f"{pp} stages of {tp} x {info.hardware} (pipeline parallel)"
+    else:
+        gpus = f"{tp} x {info.hardware} (tensor parallel)" if tp > 1 else f"{info.hardware}"
     lines = [f"scheduler engine on {gpus}"]
     if info.kv_cache_blocks is not None and info.block_size is not None:
         tokens = info.kv_cache_blocks * info.block_size
-        # vLLM's num_gpu_blocks: every rank holds these blocks, each with its share of the KV heads.
-        each = " on every GPU" if tp > 1 else ""
+        # vLLM's num_gpu_blocks: every rank holds these blocks, each with its share of the KV heads
+        # (and of the layers: its stage's).
+        each = " on every GPU" if tp * pp > 1 else ""
         lines.append(
             f"  KV cache   {info.kv_cache_blocks:,} blocks of {info.block_size} tokens ({tokens:,} tokens){each}"
         )
@@ -106,6 +110,7 @@ def report(config: ModelsConfig, infos: Mapping[str, EngineFacts]) -> dict[str, 
             "engine": info.engine,
             "hardware": info.hardware,
             "tensor_parallel_size": config.model(name).tensor_parallel_size,
+            "pipeline_parallel_size": config.model(name).pipeline_parallel_size,
             "kv_cache_blocks": info.kv_cache_blocks,
             "block_size": info.block_size,
             "kv_cache_tokens": (
@@ -139,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"models.yml: {args.config or EMBEDDED_MODELS}: {len(infos)} model(s), OK")
     for name, info in infos.items():
-        first, *rest = describe_engine(info, runtime.config.model(name).tensor_parallel_size)
+        model = runtime.config.model(name)
+        first, *rest = describe_engine(info, model.tensor_parallel_size, model.pipeline_parallel_size)
         print(f"{name}: {first}")
         for line in rest:
             print(line)

@@ -21,7 +21,7 @@ from typing import Any
 import llmsim_capacity
 from llmsim.config import ModelsConfig
 from llmsim.config.loader import builtin_model_profiles, read_data_file, validate_models_config
-from llmsim.engine.scheduler.params import kv_bytes_per_gpu
+from llmsim.engine.scheduler.params import kv_bytes_per_gpu, pipeline_stage_layers
 from llmsim.errors import ConfigError, parse_yaml
 
 __all__ = [
@@ -557,7 +557,7 @@ def models_mapping(args: argparse.Namespace) -> dict[str, Any]:
         "weights": {"bytes_per_parameter": _weight_bytes(args, checkpoint_bytes)},
         "kv_cache": {"bytes_per_token": _kv_bytes_per_token(args, profile_kv)},
     }
-    # The schema checks them (TP against the model's heads; PP > 1 is refused there, naming why).
+    # The schema checks them (TP against the model's heads, PP against its layers).
     for dest in ("tensor_parallel_size", "pipeline_parallel_size"):
         if getattr(args, dest) is not None:
             entry[dest] = getattr(args, dest)
@@ -666,14 +666,21 @@ def _fitted_context(config: ModelsConfig) -> int | None:
     assert model.weights is not None
     assert model.kv_cache is not None
     tp = model.tensor_parallel_size
-    heads = model.architecture.num_key_value_heads if model.architecture else 0
+    arch = model.architecture
+    heads = arch.num_key_value_heads if arch else 0
+    # Pipeline stages: the largest stage's share of the layers holds the fewest blocks (vLLM's count).
+    share = 1.0
+    if model.pipeline_parallel_size > 1 and arch is not None:
+        share = (
+            max(pipeline_stage_layers(arch.num_hidden_layers, model.pipeline_parallel_size)) / arch.num_hidden_layers
+        )
     try:
-        # One tensor-parallel rank's blocks: its weight shard and its share of the KV heads.
+        # One rank's blocks: its weight shard and its share of the KV heads (and of the layers).
         blocks = llmsim_capacity.num_kv_blocks(
             hbm_bytes=config.hardware[model.hardware].hbm_gib * llmsim_capacity.GIB,
             gpu_memory_utilization=model.kv_cache.gpu_memory_utilization,
-            weight_bytes=model.weights.bytes / tp,
-            kv_bytes_per_token=kv_bytes_per_gpu(model.kv_cache.bytes_per_token, tp, heads),
+            weight_bytes=model.weights.bytes / tp * share,
+            kv_bytes_per_token=kv_bytes_per_gpu(model.kv_cache.bytes_per_token, tp, heads) * share,
             block_size=model.kv_cache.block_size,
         )
     except llmsim_capacity.CapacityError:

@@ -576,7 +576,9 @@ class ModelConfig(_Section):
         "engine only).",
     )
     architecture: Architecture | None = Field(
-        default=None, description="The model's shape (built-in profiles have it); needed by tensor_parallel_size > 1."
+        default=None,
+        description="The model's shape (built-in profiles have it); needed by tensor_parallel_size or "
+        "pipeline_parallel_size > 1.",
     )
     tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = Field(
         default=1,
@@ -585,8 +587,9 @@ class ModelConfig(_Section):
     )
     pipeline_parallel_size: Annotated[int, Field(ge=1)] = Field(
         default=1,
-        description="vLLM's --pipeline-parallel-size: only 1; pipeline parallelism is not simulated "
-        "(docs/parallelism.md says why).",
+        description="Pipeline stages of consecutive layers, each on tensor_parallel_size GPUs, with vLLM's batch "
+        "queue of batches in flight (vLLM's --pipeline-parallel-size; scheduler engine only when > 1; "
+        "docs/parallelism.md).",
     )
     data_parallel: DataParallel = Field(
         default=DataParallel(),
@@ -627,14 +630,23 @@ class ModelConfig(_Section):
 
     @field_validator("pipeline_parallel_size")
     @classmethod
-    def _no_pipeline(cls, value: int) -> int:
-        if value > 1:
+    def _check_pipeline(cls, pp: int, info: ValidationInfo) -> int:
+        # Fields are validated in order: engine, kv_transfer and architecture come before this one.
+        if pp == 1:
+            return pp
+        engine = info.data.get("engine")
+        if engine is not None and engine != "scheduler":
+            raise ValueError(f"{pp}: pipeline parallelism needs engine: scheduler (this model's engine is {engine})")
+        arch = info.data.get("architecture")
+        if arch is None:
+            raise ValueError(f"{pp}: pipeline parallelism needs the model's architecture (built-in profiles have it)")
+        if pp > arch.num_hidden_layers:
+            raise ValueError(f"{pp}: more pipeline stages than the model's {arch.num_hidden_layers} layers")
+        if info.data.get("kv_transfer") is not None:
             raise ValueError(
-                f"{value}: pipeline parallelism is not simulated: vLLM V1 keeps up to that many micro-batches in "
-                "flight, one per stage, which llmsim's one-batch-at-a-time step loop cannot represent; use "
-                "tensor_parallel_size (docs/parallelism.md)"
+                f"{pp}: pipeline parallelism with kv_transfer (disaggregated prefill/decode) is not simulated"
             )
-        return value
+        return pp
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -4,7 +4,10 @@ last scraped of it.
 The replica follows the live driver's rules exactly (a request joins the first step starting at
 or after its arrival, an idle replica restarts at the next arrival, an abort frees blocks at once),
 so a one-replica fleet (``simulate()``) gives the live engine's timeline token for token
-(``tests/engine/scheduler/test_driver.py``). It jumps over runs of decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
+(``tests/engine/scheduler/test_driver.py``). With pipeline parallelism it runs vLLM's batch queue
+(:class:`~llmsim.engine.scheduler.pipeline.Pipeline`): its event is the oldest batch's end, after
+which it schedules the next, batch by batch (no decode runs). Otherwise it jumps over runs of
+decode steps (:class:`~llmsim.engine.scheduler.decode_run.DecodeRun`); the fleet
 then hears from it only when a request finishes or the run ends, and a request routed to it, or
 a client leaving it, cuts the run short where the stepping loop would have seen them.
 
@@ -32,6 +35,7 @@ from llmsim.engine.base import EngineObserver
 from llmsim.engine.scheduler.block_hash import BlockHash, ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.decode_run import DecodeRun
 from llmsim.engine.scheduler.params import SchedulerParams
+from llmsim.engine.scheduler.pipeline import Pipeline
 from llmsim.engine.scheduler.scheduler import ItlGaps, Scheduler, SchedulerOutput, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.fleet.prompt import BlockHasher, Prompt
@@ -86,6 +90,8 @@ class Replica(ReplicaView):
         "_observer",
         "_paused",
         "_phase",
+        "_pipe",
+        "_pipe_busy_until",
         "_scrape_index",
         "_step_duration",
         "_watched",
@@ -191,6 +197,11 @@ class Replica(ReplicaView):
         # one entry per step where a list would hold one float per token.
         self.itl_gaps = ItlGaps()
         self.scheduler.itl_gaps = self.itl_gaps
+        # Pipeline parallelism: the batches in flight (vLLM's batch queue), and the end of the
+        # last one counted in busy_time (which counts time with any batch on the GPUs).
+        sched = self.scheduler
+        self._pipe: Pipeline[Sequence] | None = Pipeline(params, sched.cost) if sched.pipelined else None
+        self._pipe_busy_until = -math.inf
 
     # -- what the router reads -------------------------------------------------------------
 
@@ -396,6 +407,9 @@ class Replica(ReplicaView):
 
     @property
     def busy(self) -> bool:
+        pipe = self._pipe
+        if pipe is not None:
+            return bool(pipe.batches)
         return self.in_flight is not None or self.run is not None
 
     def next_handoff(self) -> float:
@@ -411,6 +425,8 @@ class Replica(ReplicaView):
     def next_event(self) -> float:
         """When the fleet must next hear from this replica: its step's end, or its run's next finish or end."""
         run = self.run
+        if self._pipe is not None:
+            return self._pipe.next_end
         return run.next_event() if run is not None else self.deadline
 
     def route(self, seq: Sequence, now: float, passed: bool = False) -> float:
@@ -440,6 +456,8 @@ class Replica(ReplicaView):
 
         Requests refused at admission (a full waiting queue) are appended to ``ended``.
         """
+        if self._pipe is not None:
+            return self._start_pipelined(now, ended)
         self._before_change(now)
         self.starting = False
         sched = self.scheduler
@@ -502,9 +520,62 @@ class Replica(ReplicaView):
             self.kv_peak_blocks = out.kv_used_blocks
         return self.deadline
 
+    def _start_pipelined(self, now: float, ended: list[Sequence]) -> float | None:
+        """:meth:`start_step` with pipeline parallelism: admit what reached the scheduler by ``now``,
+        then schedule batches while vLLM's batch queue has room (empty ones included: every
+        running sequence may have its batch in flight); the oldest batch's end, or None if idle."""
+        self._before_change(now)
+        self.starting = False
+        sched = self.scheduler
+        pipe = self._pipe
+        assert pipe is not None
+        if self.inbox:
+            waiting: list[Sequence] = []
+            for seq in self.inbox:
+                if ready_time(sched.params, seq.arrival) > now:
+                    waiting.append(seq)
+                elif not sched.add_requests([seq], now):
+                    ended.append(seq)
+            self.inbox = waiting
+        self.version += 1
+        while sched.has_work() and not pipe.full:
+            out = sched.schedule(now)
+            batch = pipe.push(out, now, sched.lora_load_seconds(out))
+            if out.scheduled:
+                self.num_steps += 1
+                self.batch_total += len(out.scheduled)
+                self.num_preemptions += len(out.preempted)
+                if out.kv_used_blocks > self.kv_peak_blocks:
+                    self.kv_peak_blocks = out.kv_used_blocks
+                start = batch.start if batch.start > self._pipe_busy_until else self._pipe_busy_until
+                if batch.end > start:
+                    self.busy_time += batch.end - start
+                    self._pipe_busy_until = batch.end
+        return pipe.next_end if pipe.batches else None
+
+    def _end_pipelined(self, now: float, ended: list[Sequence]) -> None:
+        """The oldest batch in flight ended at ``now``: release its tokens."""
+        self._before_change(now)
+        pipe = self._pipe
+        assert pipe is not None
+        batch = pipe.pop()
+        sched = self.scheduler
+        result = sched.update_from_output(batch.out, now)
+        if result.finished:
+            ended.extend(result.finished)
+        if self._watched and batch.out.scheduled:
+            if self._observer is not None:
+                self._observer.on_step(sched.step_stats(batch.out, batch.start, batch.end - batch.start))
+            if self._audit:
+                sched.kv.audit(_holders(sched))
+
     def on_event(self, now: float, ended: list[Sequence]) -> bool:
         """The replica's next event, at ``now``: its step or run ended (True: it is idle now), or a
         request of its run finished (False: the run goes on). Ended requests go to ``ended``."""
+        if self._pipe is not None:
+            # The oldest batch ended: vLLM's engine core schedules the next one at once.
+            self._end_pipelined(now, ended)
+            return True
         run = self.run
         if run is None:
             self.finish_step(now, ended)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -127,6 +128,43 @@ async def test_concurrent_clients_see_the_virtual_time_timeline(
         (s.prefix_cache_queries, s.prefix_cache_hits) for s in expected.steps
     ]
     assert sorted(r.num_cached_tokens for r in rec.finished) == [0, 0, 0, 0, 288, 688]
+    await engine.stop()
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("async_scheduling", [False, True])
+async def test_a_pipeline_serves_the_virtual_time_timeline(async_scheduling: bool) -> None:
+    # Pipeline parallelism: the live loop and simulate() run the same batch queue (batches in
+    # flight, decided as the oldest returns), so the same token times and batch starts.
+    workload = [
+        FleetRequest.of(0.000, 300, 20, prompt_token_ids=SHARED[:300]),
+        FleetRequest.of(0.003, 50, 30),
+        FleetRequest.of(0.011, 9000, 5),
+        FleetRequest.of(0.200, 10, 10),
+        FleetRequest.of(1.500, 700, 3, prompt_token_ids=SHARED),
+    ]
+    base = seed_params(async_scheduling=async_scheduling)
+    params = dataclasses.replace(
+        base,
+        gpu=dataclasses.replace(base.gpu, interconnect_bandwidth=450e9, interconnect_latency_s=40e-6),
+        model=dataclasses.replace(base.model, num_hidden_layers=32, hidden_size=4096),
+        pipeline_parallel_size=2,
+    )
+    rec = Recorder()
+    engine, clock = await started(params, rec)
+
+    async def client(i: int, item: FleetRequest) -> list[float]:
+        await asyncio.sleep(item.arrival)
+        stamp = clock.now()
+        plan_i = plan(item.output_tokens, item.prompt_tokens, item.prompt_token_ids)
+        return [ev.sim_time async for ev in run(engine, plan_i, stamp, RequestId(str(i)))]
+
+    got = await asyncio.gather(*(client(i, w) for i, w in enumerate(workload)))
+    expected = simulate(params, workload)
+    for times, r in zip(got, expected.requests, strict=True):
+        assert times == pytest.approx(r.token_times, rel=1e-12)
+    assert [s.start for s in rec.steps] == pytest.approx([s.start for s in expected.steps], rel=1e-12)
+    assert expected.requests[4].prefix_hit_tokens == 288  # the 18 full blocks of request 0's 300
     await engine.stop()
 
 

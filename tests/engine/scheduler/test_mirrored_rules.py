@@ -353,3 +353,56 @@ def test_admits_any_counts_prefix_hits_as_schedule_waiting_does() -> None:
         state._schedule_waiting(out, params.max_batch_tokens, 0.0)
         assert _admits_any(asked, params.max_batch_tokens) == bool(out.scheduled)
     assert fits_only_with_hits, "the example no longer reaches the state it is for"
+
+
+@SETTINGS
+@given(scenarios(), st.booleans(), st.integers(0, 5))
+def test_releasing_pipelined_names_who_the_pipelined_update_gives_a_token(
+    scenario: tuple[SchedulerParams, list[Arrival], int], async_scheduling: bool, abort: int
+) -> None:
+    """``Scheduler.releasing_pipelined`` (the live pipeline loop's) and the release rule of the
+    pipelined ``update_from_output``, on the batch queue's states: batches in flight, in-flight
+    placeholders, preemptions of sequences with batches in flight (their stale tokens)."""
+    params, arrivals, num_steps = scenario
+    # Two stages of a model twice the size: each stage's GPUs hold what the scenario's do (the same blocks).
+    model = dataclasses.replace(
+        params.model,
+        num_parameters=2 * params.model.num_parameters,
+        weight_bytes=2 * params.model.weight_bytes,
+        kv_bytes_per_token=2 * params.model.kv_bytes_per_token,
+        num_hidden_layers=2,
+        hidden_size=64,
+    )
+    gpu = dataclasses.replace(params.gpu, interconnect_bandwidth=1e6, interconnect_latency_s=1e-4)
+    params = dataclasses.replace(
+        params, model=model, gpu=gpu, pipeline_parallel_size=2, async_scheduling=async_scheduling
+    )
+    sched: Scheduler[Sequence] = Scheduler(params)
+    if params.lora is not None:
+        for name, _ in params.lora.adapters:
+            sched.load_lora(name)
+    seqs = [_sequence(params, i, a) for i, a in enumerate(arrivals)]
+    depth = 3 if async_scheduling else 2
+    in_flight: list[SchedulerOutput[Sequence]] = []
+    for step in range(4 * num_steps):
+        for seq, a in zip(seqs, arrivals, strict=True):
+            if a.step == step:
+                sched.add_requests([seq], float(step))
+            if a.abort_step == step and a.step <= step:
+                sched.abort(seq, float(step))
+        while sched.has_work() and len(in_flight) < depth:
+            in_flight.append(sched.schedule(float(step)))
+        if not in_flight:
+            continue
+        out = in_flight.pop(0)
+        if out.sampled and abort:
+            # A client gone while the batch runs gets nothing at its end.
+            sched.abort(out.sampled[abort % len(out.sampled)], float(step))
+        expected = [s.request_id for s in sched.releasing_pipelined(out)]
+        released = sched.update_from_output(out, step + 0.5).released
+        assert [s.request_id for s in released] == expected
+        sched.kv.audit([*sched.running, *(s for s in sched.waiting if s.blocks)])
+    for seq in seqs:
+        # Nothing is released twice or past the plan.
+        assert seq.num_output_tokens <= seq.max_output_tokens
+        assert len(seq.token_times) == seq.num_output_tokens

@@ -1,4 +1,4 @@
-"""The scheduler engine: continuous batching on one simulated GPU (or tensor-parallel group), following vLLM V1's rules.
+"""The scheduler engine: continuous batching on one simulated GPU (or a tensor- and pipeline-parallel group), following vLLM V1's rules.
 
 Three tiers, dependencies pointing down only:
 
@@ -9,8 +9,9 @@ Three tiers, dependencies pointing down only:
 - decisions: ``scheduler`` (``Scheduler``: admission, batching, preemption, token release), and
   ``decode_run`` (``DecodeRun``: runs of steps that only lengthen sequences, applied without
   stepping each, for virtual time);
-- time: ``driver`` (``SchedulerEngine``, the only module touching asyncio or a clock). Virtual
-  time is the fleet's event loop (``llmsim.fleet``), for one replica as for many.
+- time: ``pipeline`` (``Pipeline``: with pipeline parallelism, when each batch in flight runs
+  and ends, pure numbers), ``driver`` (``SchedulerEngine``, the only module touching asyncio or a
+  clock). Virtual time is the fleet's event loop (``llmsim.fleet``), for one replica as for many.
 
 Pure and deterministic: no I/O, no randomness.
 
@@ -43,7 +44,7 @@ any replica with a link; tokens to pull). A driver with nothing runnable steps t
 ``next_pull_time()``, ``next_held_expiry()`` and its next arrival (a step may be empty while held
 or pulling blocks leave no room).
 
-Mirrored rules: six rules live in two places each, the copy kept for speed: each sits in a loop
+Mirrored rules: seven rules live in two places each, the copy kept for speed: each sits in a loop
 run once per sequence per step (or per run, or per request). Each pair has a fast test in
 ``tests/engine/scheduler/test_mirrored_rules.py`` comparing both sides on random states; change
 one side, and that test fails until the other follows.
@@ -56,7 +57,9 @@ one side, and that test fails until the other follows.
 5. ``DecodeRun._bring`` (a sequence's counters and token times as of a step), inlined in
    ``DecodeRun.finish`` for the sequences in the run from its start;
 6. ``Sequence.to_stats``'s figures (finish reason, TTFT, E2E, queue time), computed in
-   ``llmsim.fleet.simulation.FleetSimulation._record`` without building the record.
+   ``llmsim.fleet.simulation.FleetSimulation._record`` without building the record;
+7. with pipeline parallelism, ``Scheduler._update_pipelined``'s release rule, repeated in
+   ``Scheduler.releasing_pipelined`` (what the live pipeline loop prepares before a batch ends).
 """
 
 from llmsim.engine.scheduler.block_hash import hash_blocks

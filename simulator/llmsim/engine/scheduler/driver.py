@@ -46,6 +46,7 @@ from llmsim.engine.errors import EngineOverloaded, EngineStopped, RequestAborted
 from llmsim.engine.release_gate import ReleaseGate
 from llmsim.engine.scheduler.block_hash import ExtraKeys, hash_blocks, lora_extra_keys
 from llmsim.engine.scheduler.params import SchedulerParams
+from llmsim.engine.scheduler.pipeline import Pipeline
 from llmsim.engine.scheduler.scheduler import Scheduler, admission_cutoff, ready_time
 from llmsim.engine.scheduler.sequence import Sequence, SequenceStatus
 from llmsim.types import EngineSnapshot, FinishReason, GenerationPlan, Pacing, RemotePrefill, RequestId, TokenEvent
@@ -340,7 +341,8 @@ class SchedulerEngine(Engine):
 
     async def start(self) -> None:
         if self._task is None and not self.closed:
-            self._task = asyncio.get_running_loop().create_task(self._step_loop(), name="llmsim-scheduler")
+            loop_fn = self._pipeline_loop if self._scheduler.pipelined else self._step_loop
+            self._task = asyncio.get_running_loop().create_task(loop_fn(), name="llmsim-scheduler")
             self._task.add_done_callback(self._loop_done)
             logger.debug("scheduler engine started: %d KV blocks", self.num_kv_blocks)
 
@@ -614,7 +616,7 @@ class SchedulerEngine(Engine):
                 self._live.difference_update(live)
             admission.decide()
 
-    def _prepare_release(self, scheduled: list[_Stream], deadline: float) -> list[tuple[_Stream, TokenEvent]]:
+    def _prepare_release(self, releasing: list[_Stream], deadline: float) -> list[tuple[_Stream, TokenEvent]]:
         """The tokens this step will release at ``deadline``, in the order they will be handed out.
 
         Worked out while the step runs (before the loop sleeps to its deadline), so the pass at the
@@ -630,7 +632,6 @@ class SchedulerEngine(Engine):
         them lose a few writes' time), then admission order rotated by one each step, so no
         stream is always the last of a large batch.
         """
-        releasing = self._scheduler.releasing(scheduled)
         n = len(releasing)
         first = self._rotation % n if n else 0
         self._rotation += 1
@@ -744,7 +745,7 @@ class SchedulerEngine(Engine):
                 continue
             duration = step_duration(out)
             deadline = step_start + duration
-            pending = self._prepare_release(out.scheduled, deadline)
+            pending = self._prepare_release(sched.releasing(out.scheduled), deadline)
             if gate is not None:
                 gate.close(self, deadline)
             if clock.now() < deadline:
@@ -780,5 +781,65 @@ class SchedulerEngine(Engine):
                 # step. (With async scheduling the next step's cutoff is already behind it.) Two
                 # loop turns: work deferred as a callback (ReleaseGate.defer) runs in the first and
                 # the task it starts in the second; a waiting task's slice in the first.
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+
+    async def _pipeline_loop(self) -> None:
+        """The step loop with pipeline parallelism: vLLM's batch queue (``engine.scheduler.pipeline``).
+
+        Batches are scheduled while the queue has room (every arrival by then admitted), then the
+        loop sleeps to the oldest batch's end, hands out its tokens and updates the scheduler:
+        batch ``j + depth`` is decided as batch ``j`` returns, as vLLM's engine core does.
+        Arrivals while batches are in flight wait for the next return.
+        """
+        sched = self._scheduler
+        clock = self._clock
+        observer = self._observer
+        inbox = self._inbox
+        gate = self._gate
+        pipe: Pipeline[_Stream] = Pipeline(self._params, sched.cost)
+        now = self._timeline_end
+        while True:
+            if not sched.has_work() and not pipe.batches:
+                # Idle restart: anchored at the arrival stamp, never at "now".
+                if not inbox:
+                    await self._idle(math.inf)
+                    continue
+                if inbox[0][0] > now:
+                    now = inbox[0][0]
+            self._admit_arrivals(now)
+            self._poll_arrivals()
+            while sched.has_work() and not pipe.full:
+                out = sched.schedule(now)
+                pipe.push(out, now, sched.lora_load_seconds(out))
+            if not pipe.batches:
+                continue  # every arrival was refused or had left
+            batch = pipe.batches[0]
+            out = batch.out
+            deadline = batch.end
+            pending = self._prepare_release(sched.releasing_pipelined(out), deadline)
+            if gate is not None:
+                gate.close(self, deadline)
+            if clock.now() < deadline:
+                lag = await clock.sleep_until(deadline)
+            else:
+                await asyncio.sleep(0)  # as _step_loop: never starve consumers when behind
+                lag = max(0.0, clock.now() - deadline)
+            handed = self._hand_out(pending)
+            earliest_held = gate.open(self) if gate is not None else math.inf
+            pipe.pop()
+            result = sched.update_from_output(out, deadline)
+            if deadline > now:
+                now = deadline
+            self._timeline_end = now
+            self._settle(result.released, pending, handed)
+            if out.scheduled:
+                observer.on_step(sched.step_stats(out, batch.start, batch.end - batch.start, lag))
+            for stream in result.finished:
+                stream.wake()
+                self._live.discard(stream)
+                observer.on_request_finished(stream.to_stats())
+            if ready_time(self._params, earliest_held) <= now:
+                # As _step_loop: request work held back for this release may still join the next batch.
                 await asyncio.sleep(0)
                 await asyncio.sleep(0)

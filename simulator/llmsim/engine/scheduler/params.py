@@ -101,6 +101,9 @@ class SchedulerParams:
     lora: LoraParams | None = None
     # vLLM's --tensor-parallel-size: GPUs one replica's weights and KV cache are split across.
     tensor_parallel_size: int = 1
+    # vLLM's --pipeline-parallel-size: stages of consecutive layers, each on tensor_parallel_size
+    # GPUs, with up to PP (+ 1 with async scheduling) batches in flight (engine.scheduler.pipeline).
+    pipeline_parallel_size: int = 1
     # vLLM's async scheduling: step k+1 is scheduled when step k starts, so a request arriving
     # while running sequences keep the GPU busy joins one step later than with synchronous
     # scheduling. Off here (the plain timeline); runtime.py turns it on, as vLLM does by default since late 2025.
@@ -161,22 +164,66 @@ class SchedulerParams:
                     f"Total number of key/value heads ({heads}) must be divisible by tensor parallel size ({tp}) "
                     "or the other way round"
                 )
+        pp = self.pipeline_parallel_size
+        if pp < 1:
+            raise ValueError(f"pipeline_parallel_size must be >= 1, got {pp}")
+        if pp > 1:
+            layers = self.model.num_hidden_layers
+            if layers < 1 or self.model.hidden_size < 1:
+                raise ValueError("pipeline_parallel_size > 1 needs the model's num_hidden_layers and hidden_size")
+            if pp > layers:
+                raise ValueError(f"pipeline_parallel_size ({pp}) exceeds the model's {layers} layers")
+            if self.gpu.interconnect_bandwidth <= 0:
+                raise ValueError("pipeline_parallel_size > 1 needs the GPU's interconnect bandwidth")
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Layers of each pipeline stage, as vLLM splits them (see :func:`pipeline_stage_layers`)."""
+        return pipeline_stage_layers(self.model.num_hidden_layers, self.pipeline_parallel_size)
+
+    @property
+    def largest_stage_share(self) -> float:
+        """The largest stage's fraction of the layers (1.0 without pipeline parallelism).
+
+        vLLM gives every worker the same number of KV blocks, the smallest any worker's memory
+        allows (``get_kv_cache_configs``: "Change the num_blocks of each rank to the smallest among
+        all ranks"). A stage's weights and KV bytes a token both grow with its layers, so the
+        smallest count is the largest stage's: the per-GPU figures below are that stage's.
+        """
+        pp = self.pipeline_parallel_size
+        return 1.0 if pp == 1 else max(self.stage_layers) / self.model.num_hidden_layers
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """The weights one tensor-parallel rank holds and reads each step (an even shard)."""
-        return self.model.weight_bytes / self.tensor_parallel_size
+        """The weights one GPU holds and reads each step: an even tensor-parallel shard of the
+        largest pipeline stage's layers (weights spread evenly over layers: see docs/parallelism.md)."""
+        return self.model.weight_bytes / self.tensor_parallel_size * self.largest_stage_share
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
         """One token's KV on one rank: its share of the KV heads.
 
         vLLM gives each rank ``max(1, heads // tp)`` KV heads: past ``tp == heads`` the heads are
-        replicated, so a rank's share stops shrinking at one head (``kv / heads``).
+        replicated, so a rank's share stops shrinking at one head (``kv / heads``). Under pipeline
+        parallelism a GPU holds KV for its stage's layers only (the largest stage's, as above).
         """
-        return kv_bytes_per_gpu(
+        share = kv_bytes_per_gpu(
             self.model.kv_bytes_per_token, self.tensor_parallel_size, self.model.num_key_value_heads
         )
+        return share * self.largest_stage_share
+
+
+def pipeline_stage_layers(num_hidden_layers: int, pipeline_parallel_size: int) -> tuple[int, ...]:
+    """Layers per pipeline stage, vLLM's split (``vllm/distributed/utils.py``, ``get_pp_indices``):
+    ``layers // pp`` each, and the remainder one each to the stages before the last, from the
+    second-to-last backwards (the last stage also holds the final norm and the LM head)."""
+    pp = pipeline_parallel_size
+    if pp == 1:
+        return (num_hidden_layers,)
+    parts = [num_hidden_layers // pp] * pp
+    for i in range(2, num_hidden_layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
 
 
 def kv_bytes_per_gpu(kv_bytes_per_token: float, tensor_parallel_size: int, num_key_value_heads: int = 0) -> float:
@@ -204,6 +251,8 @@ def num_kv_blocks(params: SchedulerParams) -> int:
     With tensor parallelism this is one rank's count, as vLLM's is: every rank holds the same
     blocks, each with its share of the KV heads, beside its shard of the weights. So the tokens
     the cache holds grow with the GPU count faster than the GPUs (each sheds weight bytes too).
+    With pipeline parallelism it is the smallest stage's count (the largest stage's memory), which
+    vLLM imposes on every stage: one block id names the same tokens on all of them.
 
     This is vLLM's ``num_gpu_blocks``; block 0 of them is the null block, so requests can use one
     fewer. Raises ValueError (:class:`llmsim_capacity.CapacityError`) when the weights leave no room

@@ -24,6 +24,16 @@ One step, FCFS:
    sequence that has released its planned tokens finishes, like an end-of-sequence token, and
    frees its blocks (cached ones stay findable until evicted).
 
+Pipeline parallelism (``pipeline_parallel_size`` > 1, ``self.pipelined``): batches overlap, as in
+vLLM's batch queue (``pipeline``: the drivers schedule while it has room). A batch's computed
+tokens are counted when it is scheduled and its tokens released when it returns
+(``SchedulerOutput.sampled`` says whose); in between the running pass follows vLLM's in-flight
+rules (:meth:`Scheduler._schedule_running_pipelined`): with async scheduling an output placeholder
+per batch in flight and a decode at most every PP steps (the V2 model runner's
+``next_decode_eligible_step``), without it no decode while its batch is in flight; prefill chunks
+in consecutive batches. A request preempted with batches in flight still gets their tokens (vLLM's
+stale outputs). Blocks enter the prefix cache as their tokens become known.
+
 Where this differs from vLLM V1 (read from vllm/v1/core/sched/scheduler.py, kv_cache_manager.py):
 
 - Async scheduling (``SchedulerParams.async_scheduling``, vLLM's default since late 2025) is modelled by its
@@ -92,6 +102,7 @@ class SchedulerOutput(Generic[S]):
         "prefix_cache_queries",
         "pulls",
         "received",
+        "sampled",
         "scheduled",
     )
 
@@ -121,6 +132,9 @@ class SchedulerOutput(Generic[S]):
         # to free a received leg's blocks.
         self.pulls: list[S] = []
         self.received: list[S] = []
+        # Pipeline parallelism only: the scheduled sequences whose token this batch samples (with
+        # batches in flight, a sequence's counters at the batch's end no longer say so).
+        self.sampled: list[S] = []
 
     @property
     def num_tokens(self) -> int:
@@ -198,6 +212,9 @@ class Scheduler(Generic[S]):
     """
 
     def __init__(self, params: SchedulerParams) -> None:
+        pp = params.pipeline_parallel_size
+        if pp > 1 and params.kv_link is not None:
+            raise ValueError("pipeline_parallel_size > 1 with disaggregated prefill/decode is not simulated")
         num_blocks = num_kv_blocks(params)
         check_context_fits(params, num_blocks)
         self.params = params
@@ -208,6 +225,11 @@ class Scheduler(Generic[S]):
             record_events=params.enable_kv_cache_events,
         )
         self.cost = CostModel(params)
+        # Pipeline parallelism: batches overlap (see schedule and update_from_output). With async
+        # scheduling a sequence that samples in a batch may decode again PP steps later (vLLM's
+        # decode_stagger); without it, once its token is back.
+        self.pipelined = pp > 1
+        self._stagger = pp if pp > 1 and params.async_scheduling else 0
         lora = params.lora
         self._max_loras = lora.max_loras if lora is not None else 0
         self._max_cpu_loras = lora.max_cpu_loras if lora is not None else 0
@@ -441,11 +463,86 @@ class Scheduler(Generic[S]):
         self.num_steps += 1
         if self.receiving:
             self._promote_received(out, now)
-        budget = self._schedule_running(out, self._max_batch_tokens)
+        if self.pipelined:
+            budget = self._schedule_running_pipelined(out, self._max_batch_tokens)
+            first_admitted = len(out.scheduled)
+        else:
+            budget = self._schedule_running(out, self._max_batch_tokens)
         # vLLM admits nothing in a step that preempted: the freed room is for the survivors.
         if not out.preempted:
             budget = self._schedule_waiting(out, budget, now)
+        if self.pipelined:
+            for seq in out.scheduled[first_admitted:]:
+                # Newly admitted: nothing in flight, so the chunk samples if it reaches the end.
+                if seq.num_computed_tokens >= seq.num_prompt_tokens + seq.num_output_tokens:
+                    self._samples(out, seq)
         return self._make_output(out, budget)
+
+    def _samples(self, out: SchedulerOutput[S], seq: S) -> None:
+        """``seq``'s token comes out of ``out``: one more batch in flight for it (vLLM's
+        AsyncScheduler._update_after_schedule: an output placeholder, and no decode before
+        ``decode_stagger`` steps)."""
+        out.sampled.append(seq)
+        seq.num_in_flight += 1
+        if self._stagger:
+            seq.num_placeholders += 1
+            seq.decode_eligible_step = out.index + self._stagger
+
+    def _schedule_running_pipelined(self, out: SchedulerOutput[S], budget: int) -> int:
+        """vLLM's running pass with batches in flight (pipeline parallelism).
+
+        A sequence's computed tokens moved on when its last batch was scheduled. With async
+        scheduling its in-flight tokens count as placeholders: it needs one more token at once,
+        but is skipped until ``decode_eligible_step`` (vLLM's ``next_decode_eligible_step``) and
+        once its batches in flight reach its last token (``num_computed_tokens + 2 -
+        num_output_placeholders >= num_prompt_tokens + max_tokens``). Without async scheduling a
+        decode with its batch in flight has nothing to compute and is skipped (vLLM's
+        ``num_new_tokens == 0``). Prefill chunks follow each other in consecutive batches.
+        """
+        running = self.running
+        kv = self.kv
+        bs = kv.block_size
+        step = out.index
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            placeholders = seq.num_placeholders
+            computed = seq.num_computed_tokens
+            if placeholders and computed + 2 - placeholders >= seq.num_prompt_tokens + seq.max_output_tokens:
+                i += 1
+                continue
+            if step < seq.decode_eligible_step:
+                i += 1
+                continue
+            known = seq.num_prompt_tokens + seq.num_output_tokens
+            need = known + placeholders - computed
+            if need <= 0:
+                i += 1
+                continue
+            n = need if need <= budget else budget
+            while not kv.allocate_slots(seq, n):
+                victim = running.pop()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    return budget
+            if need == 1 and (placeholders or seq.num_output_tokens):
+                out.num_decode_tokens += 1
+            else:
+                out.num_prefill_tokens += n
+            computed += n
+            seq.num_computed_tokens = computed
+            out.num_context_tokens += computed
+            out.scheduled.append(seq)
+            # Blocks enter the prefix cache once their tokens are known (placeholders are not).
+            cacheable = computed if computed < known else known
+            if seq.hashable and cacheable // bs > seq.num_cached_blocks:
+                kv.cache_blocks(seq, cacheable)
+            if computed >= known + placeholders:
+                self._samples(out, seq)
+            budget -= n
+            i += 1
+        return budget
 
     def _schedule_running(self, out: SchedulerOutput[S], budget: int) -> int:
         running = self.running
@@ -589,6 +686,10 @@ class Scheduler(Generic[S]):
     def _preempt(self, seq: S) -> None:
         self.kv.free(seq, preempted=True)
         seq.num_computed_tokens = 0
+        # Pipeline parallelism: batches in flight still deliver their tokens, but no longer count
+        # as placeholders (vLLM's num_stale_output_tokens).
+        seq.num_stale = seq.num_in_flight
+        seq.num_placeholders = 0
         seq.status = _PREEMPTED
         seq.num_preemptions += 1
         self.num_preemptions += 1
@@ -604,7 +705,10 @@ class Scheduler(Generic[S]):
         assert out.num_tokens == self._max_batch_tokens - budget, "token accounting is off"
         assert len(self.running) <= self._max_num_sequences, "too many running sequences"
         # (Held and pulling blocks may leave no room for any waiting request: an empty step.)
-        assert not self.has_work() or out.scheduled or self.held or self.receiving, "work pending but nothing scheduled"
+        # (With pipeline parallelism every running sequence may have its batch in flight.)
+        assert not self.has_work() or out.scheduled or self.held or self.receiving or self.pipelined, (
+            "work pending but nothing scheduled"
+        )
         self.kv.check()
         out.kv_used_blocks = self.kv.num_used
         if not out.scheduled:
@@ -635,6 +739,10 @@ class Scheduler(Generic[S]):
         else:
             self.kv.free(seq)
 
+    def lora_load_seconds(self, out: SchedulerOutput[S]) -> float:
+        """What loading the step's non-resident adapters adds to it."""
+        return out.num_lora_loads * self._lora_load_s
+
     def step_duration(self, out: SchedulerOutput[S]) -> float:
         """Simulated seconds the step takes: the roofline of its batch, plus adapter loads."""
         duration = self.cost.step_duration(out.num_tokens, out.num_context_tokens, len(out.scheduled))
@@ -655,8 +763,53 @@ class Scheduler(Generic[S]):
             and s.num_computed_tokens >= s.num_prompt_tokens + s.num_output_tokens
         ]
 
+    def releasing_pipelined(self, out: SchedulerOutput[S]) -> list[S]:
+        """:meth:`releasing` for a batch of a pipeline, the oldest in flight: what its end releases."""
+        return [s for s in out.sampled if s.status < _FINISHED and s.num_output_tokens < s.max_output_tokens]
+
+    def _update_pipelined(self, out: SchedulerOutput[S], now: float) -> StepResult[S]:
+        """update_from_output for a batch of a pipeline (batches end in the order they were scheduled)."""
+        result: StepResult[S] = StepResult()
+        released = result.released
+        finished = result.finished
+        gaps = self.itl_gaps
+        for seq in out.sampled:
+            seq.num_in_flight -= 1
+            if seq.num_stale:
+                seq.num_stale -= 1
+            elif seq.num_placeholders:
+                seq.num_placeholders -= 1
+            status = seq.status
+            if status >= _FINISHED:
+                continue  # aborted (or finished) while the batch ran
+            outputs = seq.num_output_tokens
+            if outputs < seq.max_output_tokens:
+                outputs += 1
+                seq.num_output_tokens = outputs
+                times = seq.token_times
+                if gaps is not None and times:
+                    gaps.add(now - times[-1], 1)
+                times.append(now)
+                if seq.first_token_time is None:
+                    seq.first_token_time = now
+                released.append(seq)
+            if outputs >= seq.max_output_tokens:
+                if status is not _RUNNING:
+                    # A preempted sequence's stale batch brought its last token (vLLM delivers it).
+                    self.waiting.remove(seq)
+                self.finish_blocks(seq, now)
+                seq.status = _FINISHED
+                seq.finished_time = now
+                finished.append(seq)
+        if finished:
+            self.running = [s for s in self.running if s.status is _RUNNING]
+        self.kv.check()
+        return result
+
     def update_from_output(self, out: SchedulerOutput[S], now: float) -> StepResult[S]:
         """Advance the sequences of a step that ended at ``now``: release tokens, finish sequences."""
+        if self.pipelined:
+            return self._update_pipelined(out, now)
         result: StepResult[S] = StepResult()
         released = result.released
         finished = result.finished

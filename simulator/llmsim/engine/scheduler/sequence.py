@@ -119,6 +119,15 @@ class Sequence:
     # Decode leg: whether the prefill replica confirmed it holds the blocks. A virtual-time caller
     # leaves it True; the live driver sets it False until its side channel answers.
     kv_pull_confirmed: bool = True
+    # Pipeline parallelism (Scheduler with pipeline_parallel_size > 1; vLLM's batch queue): batches
+    # in flight whose end samples a token of this sequence, how many of them count as vLLM's
+    # output placeholders (async scheduling: tokens scheduled past the known ones), how many are
+    # stale (scheduled before a preemption: vLLM still delivers their tokens), and the first step
+    # index at which the sequence may decode again (vLLM's next_decode_eligible_step).
+    num_in_flight: int = 0
+    num_placeholders: int = 0
+    num_stale: int = 0
+    decode_eligible_step: int = 0
 
     def __init__(
         self,
@@ -184,6 +193,10 @@ class Sequence:
         self.num_external_tokens = 0
         self.kv_ready_time = math.inf
         self.kv_pull_confirmed = True
+        self.num_in_flight = 0
+        self.num_placeholders = 0
+        self.num_stale = 0
+        self.decode_eligible_step = 0
 
     def ensure_block_hashes(self, num_tokens: int, block_size: int) -> Seq[BlockHash]:
         """Hashes of the full blocks among the first ``num_tokens`` tokens whose ids are known.
