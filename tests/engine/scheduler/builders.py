@@ -30,6 +30,25 @@ HBM = 80 * 2**30  # bytes
 SEED_GPU = GpuSpec(hbm_bytes=HBM, memory_bandwidth=BANDWIDTH, peak_flops=FLOPS)
 SEED_MODEL = ModelSpec(num_parameters=PARAMS, weight_bytes=WEIGHTS, kv_bytes_per_token=KV_PER_TOKEN)
 
+#: The parallelism tests' pair, written out from the profiles (hardware.yml, model_profiles.yml):
+#: an H100 SXM with NVLink 4 (450 GB/s each way, 40 us a small collective) ...
+H100 = GpuSpec(
+    hbm_bytes=80 * 2**30,
+    memory_bandwidth=3350e9,
+    peak_flops=989e12,
+    interconnect_bandwidth=450e9,
+    interconnect_latency_s=40e-6,
+)
+#: ... and Llama 3.1 70B in bf16: 80 layers, hidden 8192, 8 KV heads of 128, 327,680 KV bytes a token.
+LLAMA_70B = ModelSpec(
+    num_parameters=70.6e9,
+    weight_bytes=141.2e9,
+    kv_bytes_per_token=327_680,
+    num_hidden_layers=80,
+    hidden_size=8192,
+    num_key_value_heads=8,
+)
+
 
 def roofline(tokens: int, context_tokens: int) -> float:
     """The roofline step-duration formula for the reference model, efficiencies 1, no overhead."""

@@ -13,23 +13,7 @@ import pytest
 
 from llmsim.engine.scheduler import CostModel, GpuSpec, ModelSpec, SchedulerParams, num_kv_blocks
 
-#: An H100 SXM with NVLink 4: 450 GB/s each way, 40 us a small all-reduce.
-H100 = GpuSpec(
-    hbm_bytes=80 * 2**30,
-    memory_bandwidth=3350e9,
-    peak_flops=989e12,
-    interconnect_bandwidth=450e9,
-    interconnect_latency_s=40e-6,
-)
-#: Llama 3.1 70B in bf16: 80 layers, hidden 8192, 8 KV heads of 128, 327,680 KV bytes a token.
-LLAMA_70B = ModelSpec(
-    num_parameters=70.6e9,
-    weight_bytes=141.2e9,
-    kv_bytes_per_token=327_680,
-    num_hidden_layers=80,
-    hidden_size=8192,
-    num_key_value_heads=8,
-)
+from .builders import H100, LLAMA_70B
 
 
 def params(tp: int, model: ModelSpec = LLAMA_70B, gpu: GpuSpec = H100) -> SchedulerParams:
