@@ -521,6 +521,18 @@ class TokenizerFile(_Section):
     )
 
 
+def _parallel_architecture(kind: str, size: int, info: ValidationInfo) -> Architecture:
+    """The architecture a ``kind`` parallelism of ``size`` splits: it needs the scheduler engine
+    and the model's architecture (validated before it)."""
+    engine = info.data.get("engine")
+    if engine is not None and engine != "scheduler":
+        raise ValueError(f"{size}: {kind} parallelism needs engine: scheduler (this model's engine is {engine})")
+    arch: Architecture | None = info.data.get("architecture")
+    if arch is None:
+        raise ValueError(f"{size}: {kind} parallelism needs the model's architecture (built-in profiles have it)")
+    return arch
+
+
 class ModelConfig(_Section):
     name: Annotated[str, Field(min_length=1)] = Field(
         description="Model name served on /v1/models and expected in requests' `model` field."
@@ -608,12 +620,7 @@ class ModelConfig(_Section):
         # Fields are validated in order: engine and architecture come before this one.
         if tp == 1:
             return tp
-        engine = info.data.get("engine")
-        if engine is not None and engine != "scheduler":
-            raise ValueError(f"{tp}: tensor parallelism needs engine: scheduler (this model's engine is {engine})")
-        arch = info.data.get("architecture")
-        if arch is None:
-            raise ValueError(f"{tp}: tensor parallelism needs the model's architecture (built-in profiles have it)")
+        arch = _parallel_architecture("tensor", tp, info)
         if arch.num_attention_heads % tp:
             # vLLM's check and message (config/parallel.py, verify_with_model_config).
             raise ValueError(
@@ -634,12 +641,7 @@ class ModelConfig(_Section):
         # Fields are validated in order: engine, kv_transfer and architecture come before this one.
         if pp == 1:
             return pp
-        engine = info.data.get("engine")
-        if engine is not None and engine != "scheduler":
-            raise ValueError(f"{pp}: pipeline parallelism needs engine: scheduler (this model's engine is {engine})")
-        arch = info.data.get("architecture")
-        if arch is None:
-            raise ValueError(f"{pp}: pipeline parallelism needs the model's architecture (built-in profiles have it)")
+        arch = _parallel_architecture("pipeline", pp, info)
         if pp > arch.num_hidden_layers:
             raise ValueError(f"{pp}: more pipeline stages than the model's {arch.num_hidden_layers} layers")
         if info.data.get("kv_transfer") is not None:
