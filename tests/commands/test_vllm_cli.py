@@ -89,6 +89,8 @@ MAPPING: list[tuple[list[str], str, Any]] = [
     (["meta-llama/Llama-3.1-70B-Instruct", "-tp", "4"], "weights.bytes_per_parameter", 2.0),
     (["meta-llama/Llama-3.1-405B-Instruct-FP8", "-tp", "8"], "weights.bytes_per_parameter", 1.0),
     (["mistralai/Mixtral-8x7B-Instruct-v0.1", "-tp", "2"], "weights.active_parameters_billions", 12.9),
+    (["mistralai/Mixtral-8x7B-Instruct-v0.1", "-tp", "2"], "weights.experts", 8),
+    (["mistralai/Mixtral-8x7B-Instruct-v0.1", "-tp", "2", "-q", "fp8"], "weights.experts_per_token", 2),
     (["RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8"], "weights.bytes_per_parameter", 1.0),
     (["RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8"], "weights.parameters_billions", 70.6),
     # KV cache: auto is the model's dtype; fp8 one byte an element.

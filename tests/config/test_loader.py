@@ -115,6 +115,19 @@ models:
             "models: [{name: a, engine: fixed, kv_events: {event_format: json}}]",
             "models[0] (name 'a'): field 'kv_events.event_format'",
         ),
+        (
+            "models: [{name: a, engine: scheduler, weights: {parameters_billions: 46.7, experts: 8}}]",
+            "models[0] (name 'a'): field 'weights': experts and experts_per_token go together",
+        ),
+        (
+            "models: [{name: a, engine: scheduler, weights: {parameters_billions: 46.7, experts: 8, experts_per_token: 2}}]",
+            "models[0] (name 'a'): field 'weights': a mixture of experts needs active_parameters_billions below",
+        ),
+        (
+            "models: [{name: a, engine: scheduler, weights: {parameters_billions: 46.7, "
+            "active_parameters_billions: 12.9, experts: 8, experts_per_token: 8}}]",
+            "models[0] (name 'a'): field 'weights': experts_per_token (8) must be < experts (8)",
+        ),
         ("[1, 2]", "expected a mapping"),
         ("", "expected a mapping with a 'models' list"),
     ],

@@ -214,6 +214,8 @@ NOT_IN_THE_CRD = {
     "pipeline_parallel_size": "not exposed yet: the operator's pods and capacity are one GPU each",
     "architecture": "comes with the built-in profile; needed only by tensor_parallel_size and pipeline_parallel_size",
     "weights.active_parameters_billions": "comes with the built-in profile (mixture of experts)",
+    "weights.experts": "comes with the built-in profile (mixture of experts)",
+    "weights.experts_per_token": "comes with the built-in profile (mixture of experts)",
     "kv_transfer.kv_role": "the operator sets each role's (spec.disaggregation: prefill, decode)",
     "kv_transfer.side_channel_host": "the operator names each prefill pod's IP ({pod_ip})",
     "data_parallel.rank": "a pod serves every rank (no pod per rank)",

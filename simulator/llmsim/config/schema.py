@@ -85,6 +85,16 @@ class Weights(_Section):
         "experts), in billions; sets the FLOPs, while parameters_billions sets the memory (default: all).",
     )
 
+    experts: Annotated[int, Field(ge=2)] | None = Field(
+        default=None,
+        description="Mixture of experts: routed experts a layer (config.json's num_local_experts). With "
+        "experts_per_token, a step reads only the experts its tokens route to.",
+    )
+    experts_per_token: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="Mixture of experts: experts each token is routed to (config.json's num_experts_per_tok).",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> Weights:
         if self.active_parameters_billions is not None and self.active_parameters_billions > self.parameters_billions:
@@ -92,6 +102,14 @@ class Weights(_Section):
                 f"active_parameters_billions ({self.active_parameters_billions:g}) must be <= parameters_billions "
                 f"({self.parameters_billions:g})"
             )
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise ValueError("experts and experts_per_token go together")
+        if self.experts is not None and self.experts_per_token is not None:
+            if self.experts_per_token >= self.experts:
+                raise ValueError(f"experts_per_token ({self.experts_per_token}) must be < experts ({self.experts})")
+            active = self.active_parameters_billions
+            if active is None or active >= self.parameters_billions:
+                raise ValueError("a mixture of experts needs active_parameters_billions below parameters_billions")
         return self
 
     @property
@@ -102,6 +120,17 @@ class Weights(_Section):
     def active_parameters(self) -> float:
         """Parameters one token's forward pass multiplies by."""
         return (self.active_parameters_billions or self.parameters_billions) * 1e9
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes of all the routed experts' weights (0 for a dense model). A token reads the
+        shared weights and ``k`` of ``E`` experts: total - active = experts x (1 - k/E)."""
+        if self.experts is None or self.experts_per_token is None or self.active_parameters_billions is None:
+            return 0.0
+        routed = (self.parameters_billions - self.active_parameters_billions) / (
+            1 - self.experts_per_token / self.experts
+        )
+        return routed * 1e9 * self.bytes_per_parameter
 
 
 class Architecture(_Section):

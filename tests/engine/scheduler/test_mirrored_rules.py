@@ -75,6 +75,13 @@ def scenarios(draw: st.DrawFn) -> tuple[SchedulerParams, list[Arrival], int]:
         )
         gpu = dataclasses.replace(params.gpu, interconnect_bandwidth=1e6, interconnect_latency_s=1e-4)
         params = dataclasses.replace(params, model=model, gpu=gpu, tensor_parallel_size=2)
+    if draw(st.booleans()):
+        # A mixture of experts: most of the weights are 4 routed experts, one a token, so a step's
+        # weight read depends on its batch (decode runs price it per batch size).
+        model = dataclasses.replace(
+            params.model, num_experts=4, experts_per_token=1, expert_weight_bytes=0.75 * params.model.weight_bytes
+        )
+        params = dataclasses.replace(params, model=model)
     capacity = num_blocks * block_size
     arrivals = []
     # A crowd arriving in the first steps keeps a queue behind a full pool or batch.

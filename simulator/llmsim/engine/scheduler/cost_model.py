@@ -1,7 +1,7 @@
 """How long one step takes on the simulated GPU: a roofline, a pure function of the batch shape.
 
     compute   = 2 x parameters x scheduled tokens / (TP x peak FLOP/s x compute efficiency)
-    memory    = (weight bytes + KV bytes per token x context tokens read) / (TP x bandwidth x memory efficiency)
+    memory    = (weight bytes read + KV bytes per token x context tokens read) / (TP x bandwidth x memory efficiency)
     all-reduce = 2 x layers x (latency + 2 (TP - 1) / TP x scheduled tokens x hidden size x 2 B / link bandwidth)
     duration  = max(compute, memory) + all-reduce + step overhead + per-sequence overhead x scheduled sequences
 
@@ -10,8 +10,14 @@
 computed plus the chunk itself (and writes the chunk's KV), a decode step to its full context
 including the token being computed. Attention FLOPs are left out: at the context lengths served
 they are small next to the 2 x parameters per token of the matrix multiplies. For a mixture of
-experts "parameters" are the active ones (what one token multiplies by) and "weight bytes" all of
-them: past a handful of tokens a step's tokens route to every expert, so every expert is read.
+experts "parameters" are the active ones (what one token multiplies by), and a step reads the
+shared weights (attention, router, embeddings) and the routed experts its tokens go to: with
+``E`` experts a layer and ``k`` a token, each of a step's ``T`` tokens picks ``k`` distinct ones,
+so an expert is left unread with probability ``(1 - k/E)^T`` (routing taken as uniform; a real
+router's skew leaves a few more unread). One decode token of Mixtral (8 experts, 2 a token)
+reads a quarter of them; eight tokens nine tenths; a prefill chunk all of them::
+
+    weights read = shared bytes + expert bytes x (1 - (1 - k/E)^T)
 
 Tensor parallelism (Megatron-style, as vLLM shards a model over ``TP`` GPUs): each rank holds
 1/TP of the weights and of the KV heads (see ``SchedulerParams.kv_bytes_per_token_per_gpu``) and
@@ -58,6 +64,8 @@ class CostModel:
     __slots__ = (
         "all_reduce_fixed",
         "all_reduce_seconds_per_token",
+        "expert_miss",
+        "expert_seconds",
         "hand_over_fixed",
         "hand_over_seconds_per_token",
         "kv_seconds_per_token",
@@ -76,7 +84,10 @@ class CostModel:
         bandwidth = gpu.memory_bandwidth * params.memory_efficiency
         # The whole layer stack on one tensor-parallel group (a pipeline stage takes its share).
         self.seconds_per_token = 2.0 * model.num_parameters / (tp * flops)
-        self.weight_seconds = model.weight_bytes / tp / bandwidth
+        # The weights every step reads; a mixture of experts' routed experts are apart (weight_time).
+        self.weight_seconds = (model.weight_bytes - model.expert_weight_bytes) / tp / bandwidth
+        self.expert_seconds = model.expert_weight_bytes / tp / bandwidth
+        self.expert_miss = 1.0 - model.experts_per_token / model.num_experts if model.num_experts else 1.0
         self.kv_seconds_per_token = (
             kv_bytes_per_gpu(model.kv_bytes_per_token, tp, model.num_key_value_heads) / bandwidth
         )
@@ -107,8 +118,15 @@ class CostModel:
     def compute_time(self, num_tokens: int) -> float:
         return self.seconds_per_token * num_tokens
 
-    def memory_time(self, context_tokens: int) -> float:
-        return self.weight_seconds + self.kv_seconds_per_token * context_tokens
+    def weight_time(self, num_tokens: int) -> float:
+        """Seconds to read the weights a step of ``num_tokens`` tokens multiplies by: all of a dense
+        model's; a mixture of experts' shared weights and the experts its tokens route to."""
+        if not self.expert_seconds:
+            return self.weight_seconds
+        return self.weight_seconds + self.expert_seconds * (1.0 - self.expert_miss**num_tokens)
+
+    def memory_time(self, num_tokens: int, context_tokens: int) -> float:
+        return self.weight_time(num_tokens) + self.kv_seconds_per_token * context_tokens
 
     def step_duration(self, num_tokens: int, context_tokens: int, num_sequences: int = 0) -> float:
         """Seconds for a step computing ``num_tokens`` tokens of ``num_sequences`` sequences that
@@ -118,7 +136,8 @@ class CostModel:
         a mirrored rule, see the package docstring.
         """
         compute = self.seconds_per_token * num_tokens
-        memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens
+        weights = self.weight_seconds if not self.expert_seconds else self.weight_time(num_tokens)
+        memory = weights + self.kv_seconds_per_token * context_tokens
         return (
             (compute if compute > memory else memory)
             + self.overhead
@@ -131,7 +150,7 @@ class CostModel:
         step overheads (scheduling, input preparation, sampling, output processing) go to the first
         stage, whose start gates the batch."""
         compute = self.seconds_per_token * num_tokens
-        memory = self.weight_seconds + self.kv_seconds_per_token * context_tokens
+        memory = self.weight_time(num_tokens) + self.kv_seconds_per_token * context_tokens
         layers = (compute if compute > memory else memory) + (
             self.all_reduce_fixed + self.all_reduce_seconds_per_token * num_tokens
         )

@@ -393,7 +393,7 @@ class DecodeRun(Generic[S]):
         # operation: it is the run's inner loop.
         cost = sched.cost
         seconds_per_token = cost.seconds_per_token
-        weight_seconds = cost.weight_seconds
+        weight_time = cost.weight_time
         kv_seconds_per_token = cost.kv_seconds_per_token
         overhead = cost.overhead
         overhead_per_sequence = cost.overhead_per_sequence
@@ -425,6 +425,7 @@ class DecodeRun(Generic[S]):
         over = False
         # The same products as below, made again only when the batch shrinks.
         compute = seconds_per_token * batch
+        weights = weight_time(batch)
         per_sequence = overhead_per_sequence * batch
         all_reduce = all_reduce_seconds_per_token * batch
         # Once per step of the run: a handful of integer and float operations.
@@ -441,7 +442,7 @@ class DecodeRun(Generic[S]):
                 over = True
                 break
             context = computed + batch * (j + 1)
-            memory = weight_seconds + kv_seconds_per_token * context
+            memory = weights + kv_seconds_per_token * context
             duration = (compute if compute > memory else memory) + overhead + per_sequence + all_reduce
             end = t + duration
             if end > next_abort:
@@ -464,6 +465,7 @@ class DecodeRun(Generic[S]):
                     if known[p] > c0[p]:
                         stores_at[(-c0[p] - 1) % bs] -= 1
                 compute = seconds_per_token * batch
+                weights = weight_time(batch)
                 per_sequence = overhead_per_sequence * batch
                 all_reduce = all_reduce_seconds_per_token * batch
                 if self._lora_steps and any(seqs[p].lora_name is not None for p in done):

@@ -39,6 +39,21 @@ class ModelSpec:
     num_hidden_layers: int = 0
     hidden_size: int = 0
     num_key_value_heads: int = 0
+    # Mixture of experts: routed experts a layer and how many each token goes to (0: dense), and
+    # the bytes of all the routed experts' weights (part of weight_bytes): a step reads only the
+    # experts its tokens route to (see cost_model).
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_weight_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_experts:
+            if not 0 < self.experts_per_token <= self.num_experts:
+                raise ValueError(f"experts_per_token must be in 1..{self.num_experts}, got {self.experts_per_token}")
+            if not 0 < self.expert_weight_bytes <= self.weight_bytes:
+                raise ValueError("expert_weight_bytes must be > 0 and at most weight_bytes")
+        elif self.experts_per_token or self.expert_weight_bytes:
+            raise ValueError("experts_per_token and expert_weight_bytes go with num_experts")
 
 
 @dataclass(frozen=True, slots=True)
