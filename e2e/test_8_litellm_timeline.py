@@ -29,41 +29,24 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.support.litellm import MASTER_KEY, litellm_executable, recipe_config, running_litellm
 from tests.support.verdict import run_verdict
 
 from e2e.cluster import Cluster, simulator_for_the_test
-from e2e.conftest import selector
-from llmsim.benchmark.verdict import judge, render
+from e2e.gateway_fleet import DURATION, MODEL, fleet_pods, fleet_spec, judged
 from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
 
 NAME = "litellm-timeline"
-MODEL = "llama-3.1-8b"
-RATE, DURATION = 10.0, 14.0
+RATE = 10.0
 ERROR_BOUND = 0.01
 # A silence this long is a cooldown: shorter than cooldown_time (3 s), and simple-shuffle at RATE
 # leaves a replica in rotation silent that long with probability (2/3) ** (2 * RATE) < 0.1 %.
 GAP = 2.0
-SPEC: dict[str, Any] = {
-    "model": {"name": MODEL},
-    "engine": "fixed",
-    "replicas": 3,
-    "latency": {"ttftOverheadMs": 20, "itlMs": 2},
-    "faults": {
-        "timeline": {
-            "start": "admin",
-            "phases": [
-                {"name": "replica-1-down", "at": 3, "replicas": [1], "set": {"rates": {"unavailable": 1}}},
-                {"name": "recovered", "at": 8, "clear": True},
-            ],
-        }
-    },
-}
+SPEC = fleet_spec("replica-1-down", {"rates": {"unavailable": 1}}, recovered_at=8)
 
 
 def test_litellm_in_front_of_a_fleet_cools_the_bad_pod_down_and_takes_it_back(
@@ -73,8 +56,7 @@ def test_litellm_in_front_of_a_fleet_cools_the_bad_pod_down_and_takes_it_back(
     if litellm is None or not os.access(litellm, os.X_OK):
         pytest.fail("E2E_LITELLM must name a litellm executable (e2e/run.sh sets it from hack/gateway-venv.sh)")
     with simulator_for_the_test(cluster, namespace, NAME, SPEC):
-        pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
-        assert len(pods) == 3
+        pods = fleet_pods(cluster, namespace, NAME)
         config = recipe_config([f"{url}/v1" for _, url in pods])
         settings = config["router_settings"]
         cooldown = float(settings["cooldown_time"])
@@ -84,11 +66,8 @@ def test_litellm_in_front_of_a_fleet_cools_the_bad_pod_down_and_takes_it_back(
                 gateway, [url for _, url in pods], MODEL, RATE, DURATION, api_key=MASTER_KEY, timeout=30, warmup=9
             )
             records, client = run_verdict(run)
-    verdict = judge(records, client, DURATION, gap=GAP)
-    report = render(verdict)
-    print(report)
+    verdict, report = judged(pods, records, client, GAP)
 
-    assert [r.name for r in records] == [name for name, _ in pods]  # x-llmsim-pod is the pod's name
     assert verdict.sent == int(RATE * DURATION)
     assert verdict.error_rate <= ERROR_BOUND, report
     bad = next(row for row in verdict.phases[1].replicas if row.affected)

@@ -27,41 +27,24 @@ deleted and its pods waited out (so later tests have the CPU): 68 s on the local
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.support.verdict import run_verdict
 from tests.support.vllm_router import VLLM_ROUTER, flag, recipe_args, running_vllm_router
 
 from e2e.cluster import Cluster, simulator_for_the_test
-from e2e.conftest import selector
-from llmsim.benchmark.verdict import judge, render
+from e2e.gateway_fleet import DURATION, MODEL, fleet_pods, fleet_spec, judged
 from llmsim.benchmark.verdict_run import VerdictRun
 
 pytestmark = pytest.mark.e2e
 
 NAME = "vllm-router-timeline"
-MODEL = "llama-3.1-8b"
-RATE, DURATION = 10.0, 14.0
+RATE = 10.0
 # Round robin over three pods at 10 requests a second: a request to each every 0.3 s, so a 1 s
 # silence is more than three turns missed.
 GAP = 1.0
 SLACK = 0.5
-SPEC: dict[str, Any] = {
-    "model": {"name": MODEL},
-    "engine": "fixed",
-    "replicas": 3,
-    "latency": {"ttftOverheadMs": 20, "itlMs": 2},
-    "faults": {
-        "timeline": {
-            "start": "admin",
-            "phases": [
-                {"name": "replica-1-unhealthy", "at": 3, "replicas": [1], "set": {"unhealthy": True}},
-                {"name": "recovered", "at": 9, "clear": True},
-            ],
-        }
-    },
-}
+SPEC = fleet_spec("replica-1-unhealthy", {"unhealthy": True}, recovered_at=9)
 
 
 def test_vllm_router_in_front_of_a_fleet_stops_routing_to_the_unhealthy_pod_and_takes_it_back(
@@ -74,16 +57,12 @@ def test_vllm_router_in_front_of_a_fleet_stops_routing_to_the_unhealthy_pod_and_
     failures = int(flag(args, "--health-failure-threshold"))
     successes = int(flag(args, "--health-success-threshold"))
     with simulator_for_the_test(cluster, namespace, NAME, SPEC):
-        pods = sorted(cluster.pod_urls(namespace, selector(NAME)).items())
-        assert len(pods) == 3
+        pods = fleet_pods(cluster, namespace, NAME)
         with running_vllm_router(tmp_path, [url for _, url in pods], args) as gateway:
             run = VerdictRun(gateway, [url for _, url in pods], MODEL, RATE, DURATION)
             records, client = run_verdict(run)
-    verdict = judge(records, client, DURATION, gap=GAP)
-    report = render(verdict)
-    print(report)
+    verdict, report = judged(pods, records, client, GAP)
 
-    assert [r.name for r in records] == [name for name, _ in pods]  # x-llmsim-pod is the pod's name
     assert verdict.sent == int(RATE * DURATION)
     assert verdict.errors == 0, report
     bad = next(row for row in verdict.phases[1].replicas if row.affected)
